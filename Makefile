@@ -1,0 +1,30 @@
+# dedup: PGXS build and test wiring.
+#
+#   make && make install        build and install (PG_CONFIG=... to choose a server)
+#   make installcheck           regression, isolation and TAP tests against the
+#                               server at PGHOST/PGPORT (test/run.sh starts a
+#                               throwaway one; see README.md)
+
+MODULE_big = dedup
+OBJS = \
+	src/dedup.o \
+	src/claim.o
+
+EXTENSION = dedup
+DATA = sql/dedup--1.0.sql
+PGFILEDESC = "dedup - transactional message deduplication"
+
+REGRESS = claim claim_errors claim_security
+
+ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
+	claim-savepoint claim-three-sessions
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+PG_CPPFLAGS = -I$(srcdir)/src
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

@@ -1,0 +1,43 @@
+# test/cluster.sh: start and stop a throwaway PostgreSQL cluster.  Sourced by
+# test/run.sh and test/demo.sh after test/setup.sh.
+#
+# PostgreSQL refuses to run as root, so as root everything runs as the
+# unprivileged user "postgres"; otherwise as the current user.
+
+PG_MAJOR=${PG_MAJOR:-15}
+PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+
+# as_pg CMD...: run CMD as the cluster's owner, with the cluster's environment
+as_pg() {
+	if [ "$(id -u)" -eq 0 ]; then
+		runuser -u postgres -- env PATH="$PG_BIN:$PATH" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" "$@"
+	else
+		env PATH="$PG_BIN:$PATH" "$@"
+	fi
+}
+
+# cluster_start: initdb and start a cluster in a new temporary directory,
+# with dedup preloaded; exports PGHOST, PGPORT, PGUSER, PGDATABASE, CLUSTER_DIR
+cluster_start() {
+	CLUSTER_DIR=$(mktemp -d /tmp/dedup-cluster.XXXXXX)
+	[ "$(id -u)" -eq 0 ] && chown postgres: "$CLUSTER_DIR"
+	export PGHOST=$CLUSTER_DIR PGPORT=${PGPORT:-54329} PGUSER=postgres PGDATABASE=postgres
+	[ "$(id -u)" -eq 0 ] || PGUSER=$(id -un)
+	as_pg initdb -D "$CLUSTER_DIR/data" -U "$PGUSER" --auth=trust --no-sync >"$CLUSTER_DIR/initdb.log"
+	cat >>"$CLUSTER_DIR/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$CLUSTER_DIR'
+port = $PGPORT
+shared_preload_libraries = 'dedup'
+fsync = off
+max_prepared_transactions = 10
+CONF
+	as_pg pg_ctl -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start >/dev/null
+	trap cluster_stop EXIT
+	echo "== throwaway cluster in $CLUSTER_DIR (port $PGPORT)"
+}
+
+cluster_stop() {
+	as_pg pg_ctl -D "$CLUSTER_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+	rm -rf "$CLUSTER_DIR"
+}
