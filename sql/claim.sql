@@ -1,0 +1,86 @@
+--
+-- dedup_claim: the claim itself, in and across transactions
+--
+CREATE EXTENSION dedup;
+
+-- the objects the extension owns, and that pg_dump keeps the claims
+SELECT pg_describe_object(classid, objid, objsubid) AS object
+  FROM pg_depend
+ WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dedup')
+ ORDER BY 1;
+SELECT extconfig::regclass[] FROM pg_extension WHERE extname = 'dedup';
+
+-- first delivery true, redelivery false; consumers are independent
+BEGIN;
+SELECT dedup_claim('loyalty-service', 'evt-91827') AS first,
+       dedup_claim('loyalty-service', 'evt-91827') AS again,
+       dedup_claim('billing-service', 'evt-91827') AS other_consumer;
+SELECT consumer_name, message_id, processed_at = now() AS stamped_now
+  FROM processed_messages ORDER BY 1, 2;
+COMMIT;
+SELECT dedup_claim('loyalty-service', 'evt-91827') AS redelivered;
+
+-- a claim commits with the work, and a rollback keeps neither
+CREATE TABLE loyalty (customer_id text PRIMARY KEY, points int NOT NULL);
+INSERT INTO loyalty VALUES ('CUS-291', 0);
+BEGIN;
+UPDATE loyalty SET points = points + 120
+ WHERE customer_id = 'CUS-291' AND dedup_claim('loyalty-service', 'evt-1');
+ROLLBACK;
+SELECT points FROM loyalty;
+SELECT count(*) FROM processed_messages WHERE message_id = 'evt-1';
+BEGIN;
+UPDATE loyalty SET points = points + 120
+ WHERE customer_id = 'CUS-291' AND dedup_claim('loyalty-service', 'evt-1');
+COMMIT;
+-- the redelivery changes nothing
+UPDATE loyalty SET points = points + 120
+ WHERE customer_id = 'CUS-291' AND dedup_claim('loyalty-service', 'evt-1');
+SELECT points FROM loyalty;
+
+-- the same key twice in one transaction: true, then false
+BEGIN;
+SELECT dedup_claim('c', 'twice') AS first, dedup_claim('c', 'twice') AS second;
+COMMIT;
+
+-- ROLLBACK TO SAVEPOINT releases a claim made after the savepoint only
+BEGIN;
+SELECT dedup_claim('c', 'before-savepoint');
+SAVEPOINT s;
+SELECT dedup_claim('c', 'after-savepoint');
+ROLLBACK TO SAVEPOINT s;
+SELECT dedup_claim('c', 'before-savepoint') AS before_again,
+       dedup_claim('c', 'after-savepoint') AS after_again;
+ROLLBACK;
+SELECT count(*) FROM processed_messages WHERE consumer_name = 'c' AND message_id <> 'twice';
+
+-- a failed statement after the claim aborts the claim with it
+BEGIN;
+SELECT dedup_claim('c', 'then-error');
+SELECT 1 / 0;
+COMMIT;
+SELECT dedup_claim('c', 'then-error') AS claimable_again;
+
+-- keys up to the documented limits are accepted, counted in bytes
+SELECT dedup_claim(repeat('c', 256), repeat('k', 1024)) AS longest,
+       dedup_claim('c', repeat('k', 512)) AS k512,
+       dedup_claim('c', repeat('é', 512)) AS two_byte_chars;
+-- keys are compared exactly: no trimming, no case folding
+SELECT dedup_claim('c', 'Key') AS upper, dedup_claim('c', 'key') AS lower,
+       dedup_claim('c', 'key ') AS trailing_space;
+
+-- the claim finds its table through the extension's schema, wherever it is
+DROP EXTENSION dedup;
+CREATE SCHEMA dedup_elsewhere;
+CREATE EXTENSION dedup SCHEMA dedup_elsewhere;
+SET search_path = public;
+SELECT dedup_elsewhere.dedup_claim('c', 'k1') AS in_new_schema;
+ALTER SCHEMA dedup_elsewhere RENAME TO dedup_renamed;
+SELECT dedup_renamed.dedup_claim('c', 'k1') AS after_rename,
+       dedup_renamed.dedup_claim('c', 'k2') AS new_key;
+SELECT message_id FROM dedup_renamed.processed_messages ORDER BY 1;
+DROP EXTENSION dedup;
+DROP SCHEMA dedup_renamed;
+DROP TABLE loyalty;
+RESET search_path;
