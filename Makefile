@@ -8,7 +8,12 @@
 MODULE_big = dedup
 OBJS = \
 	src/dedup.o \
-	src/claim.o
+	src/guc.o \
+	src/claim.o \
+	src/sweep.o \
+	src/status.o \
+	src/launcher.o \
+	src/sweeper.o
 
 EXTENSION = dedup
 DATA = sql/dedup--1.0.sql

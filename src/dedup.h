@@ -8,6 +8,11 @@
 #ifndef DEDUP_H
 #define DEDUP_H
 
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
 /*
  * Longest consumer name and message id a claim accepts, in bytes.  Both go
  * into one btree entry, which must stay well under the ~2.7kB btree limit;
@@ -16,7 +21,89 @@
 #define DEDUP_MAX_CONSUMER_BYTES	256
 #define DEDUP_MAX_MESSAGE_ID_BYTES	1024
 
+/* guc.c: the dedup.* parameters */
+extern bool dedup_sweep_enabled;
+extern int	dedup_retention;
+extern int	dedup_sweep_interval;
+extern int	dedup_sweep_batch_size;
+extern int	dedup_sweep_max_duration;
+extern char *dedup_databases;
+extern char *dedup_sweep_role;
+extern int	dedup_max_databases;
+extern void dedup_define_gucs(void);
+
 /* dedup.c */
 extern Oid	dedup_extension_schema(bool missing_ok);
+
+/*
+ * status.c: what the sweeper knows about each database, in shared memory.
+ *
+ * The launcher owns the schedule (next_sweep, failures, state); the
+ * per-database sweeper owns the outcome of its sweep.  All fields are
+ * protected by DedupShared->lock.
+ */
+typedef enum DedupDatabaseState
+{
+	DEDUP_DB_UNKNOWN,			/* not probed yet: sweep it to find out */
+	DEDUP_DB_ACTIVE,			/* dedup is installed: swept on schedule */
+	DEDUP_DB_ABSENT				/* dedup is not installed: left alone */
+} DedupDatabaseState;
+
+typedef enum DedupSweepOutcome
+{
+	DEDUP_SWEEP_FAILED,			/* error, or the sweeper died */
+	DEDUP_SWEEP_DONE,			/* every expired row deleted */
+	DEDUP_SWEEP_PARTIAL,		/* stopped early: time limit or yielded to DDL */
+	DEDUP_SWEEP_NO_EXTENSION	/* dedup is not installed there */
+} DedupSweepOutcome;
+
+#define DEDUP_ERROR_LEN 256
+
+typedef struct DedupDatabaseSlot
+{
+	Oid			dboid;			/* InvalidOid: free slot */
+	DedupDatabaseState state;
+	TimestampTz next_sweep;
+	int			failures;		/* consecutive failed sweeps (back-off) */
+	pid_t		sweeper_pid;	/* sweeping now, or 0 */
+	DedupSweepOutcome last_outcome;
+	TimestampTz last_start;
+	TimestampTz last_end;
+	int64		last_rows;
+	int64		total_rows;
+	TimestampTz last_error_at;
+	char		last_error[DEDUP_ERROR_LEN];
+} DedupDatabaseSlot;
+
+typedef struct DedupSharedState
+{
+	LWLock	   *lock;
+	pid_t		launcher_pid;	/* 0 when no launcher runs */
+	Latch	   *launcher_latch;
+	int			nslots;
+	DedupDatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} DedupSharedState;
+
+extern DedupSharedState *DedupShared;
+extern void dedup_shmem_request(void);
+extern void dedup_shmem_startup(void);
+extern DedupDatabaseSlot *dedup_database_slot(Oid dboid, bool create);
+extern void dedup_wake_launcher(void);
+
+/* sweep.c: finding and deleting expired rows */
+typedef struct DedupSweepTarget
+{
+	char	   *consumer;
+	TimestampTz cutoff;			/* rows older than this are expired */
+} DedupSweepTarget;
+
+extern List *dedup_sweep_targets(Oid schema, const char *only_consumer);
+extern uint64 dedup_sweep_batch(Oid schema, DedupSweepTarget *target,
+								int batch_size);
+
+/* launcher.c and sweeper.c: the background workers */
+extern void dedup_register_launcher(void);
+extern PGDLLEXPORT void dedup_launcher_main(Datum main_arg);
+extern PGDLLEXPORT void dedup_sweeper_main(Datum main_arg);
 
 #endif							/* DEDUP_H */

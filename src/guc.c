@@ -1,0 +1,118 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.c
+ *	  The dedup.* configuration parameters.
+ *
+ * Everything the sweeper reads can change with a reload (SIGHUP) and is
+ * taken into account at the next sweep; only dedup.max_databases, which
+ * sizes shared memory, needs a restart.  None of them can be set by
+ * ordinary roles: PGC_SIGHUP parameters are changed in postgresql.conf or
+ * with ALTER SYSTEM, never with SET, ALTER ROLE or ALTER DATABASE.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "miscadmin.h"
+#include "utils/guc.h"
+#include "utils/varlena.h"
+
+#include "dedup.h"
+
+bool		dedup_sweep_enabled = true;
+int			dedup_retention = 7 * 24 * 60 * 60;
+int			dedup_sweep_interval = 60;
+int			dedup_sweep_batch_size = 1000;
+int			dedup_sweep_max_duration = 60;
+char	   *dedup_databases = NULL;
+char	   *dedup_sweep_role = NULL;
+int			dedup_max_databases = 64;
+
+/* dedup.databases must be a list of identifiers: "db1, db2, ..." */
+static bool
+check_databases(char **newval, void **extra, GucSource source)
+{
+	char	   *rawstring = pstrdup(*newval);
+	List	   *names;
+	bool		ok = SplitIdentifierString(rawstring, ',', &names);
+
+	if (!ok)
+		GUC_check_errdetail("List syntax is invalid.");
+	list_free(names);
+	pfree(rawstring);
+	return ok;
+}
+
+void
+dedup_define_gucs(void)
+{
+	DefineCustomBoolVariable("dedup.sweep_enabled",
+							 "Whether the retention worker sweeps expired processed_messages rows.",
+							 NULL,
+							 &dedup_sweep_enabled,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dedup.retention",
+							"How long a claim is kept, counted back from the consumer's latest claim.",
+							"Consumers with their own window (dedup_set_retention) ignore it; -1 keeps claims forever.",
+							&dedup_retention,
+							7 * 24 * 60 * 60, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dedup.sweep_interval",
+							"Time between two sweeps of a database.",
+							NULL,
+							&dedup_sweep_interval,
+							60, 1, 24 * 60 * 60,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dedup.sweep_batch_size",
+							"Most rows a sweep deletes in one transaction.",
+							NULL,
+							&dedup_sweep_batch_size,
+							1000, 1, 1000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dedup.sweep_max_duration",
+							"Longest time one sweep of a database may run; the rest waits for the next sweep.",
+							"0 means no limit.",
+							&dedup_sweep_max_duration,
+							60, 0, 24 * 60 * 60,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("dedup.databases",
+							   "Databases to sweep, comma-separated; empty means every database where dedup is installed.",
+							   NULL,
+							   &dedup_databases,
+							   "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   check_databases, NULL, NULL);
+
+	DefineCustomStringVariable("dedup.sweep_role",
+							   "Role whose privileges the sweep runs with; empty means the owner of processed_messages.",
+							   NULL,
+							   &dedup_sweep_role,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	/* sizes shared memory, which only a preloaded library has */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("dedup.max_databases",
+								"Most databases the sweeper keeps track of.",
+								NULL,
+								&dedup_max_databases,
+								64, 1, 10000,
+								PGC_POSTMASTER, 0,
+								NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("dedup");
+}

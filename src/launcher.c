@@ -1,0 +1,407 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.c
+ *	  The sweeper launcher: one background worker per cluster that decides
+ *	  when each database is swept, and starts a short-lived sweeper
+ *	  (sweeper.c) for it, one database at a time.
+ *
+ * The launcher is connected to no database, so it never holds a snapshot,
+ * never blocks DROP DATABASE and costs nothing in databases without dedup.
+ * It runs on primaries only (it starts when recovery finishes, so a promoted
+ * standby starts sweeping), and not at all in binary-upgrade mode.
+ *
+ * Each database's schedule lives in its shared-memory slot (status.c).  A
+ * database is probed once; where dedup is not installed it is left alone
+ * until CREATE EXTENSION wakes the launcher (dedup_sweeper_wake), or the
+ * launcher restarts.  A failed sweep is retried with exponential back-off,
+ * so a persistent error is logged ever more rarely, never in a flood.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "dedup.h"
+
+/* the longest back-off after failures: the interval times 2^this */
+#define MAX_BACKOFF_SHIFT 6
+
+typedef struct LauncherDatabase
+{
+	Oid			oid;
+	char		name[NAMEDATALEN];
+} LauncherDatabase;
+
+/* say each of these once, not at every sweep */
+static bool warned_no_worker_slot = false;
+static bool warned_no_database_slot = false;
+
+static void
+launcher_detach(int code, Datum arg)
+{
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	DedupShared->launcher_pid = 0;
+	DedupShared->launcher_latch = NULL;
+	LWLockRelease(DedupShared->lock);
+}
+
+void
+dedup_register_launcher(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 10;
+	strcpy(worker.bgw_library_name, "dedup");
+	strcpy(worker.bgw_function_name, "dedup_launcher_main");
+	strcpy(worker.bgw_name, "dedup sweeper launcher");
+	strcpy(worker.bgw_type, "dedup sweeper launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * The databases to sweep, allocated in the current memory context: those
+ * that accept connections and are not templates, restricted to
+ * dedup.databases when it is set.
+ */
+static List *
+launcher_databases(void)
+{
+	MemoryContext context = CurrentMemoryContext;
+	List	   *wanted = NIL;
+	List	   *databases = NIL;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+
+	/* dedup.databases was validated by its check hook */
+	if (dedup_databases[0] != '\0')
+		(void) SplitIdentifierString(pstrdup(dedup_databases), ',', &wanted);
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "listing databases");
+
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+		LauncherDatabase *entry;
+		MemoryContext oldcontext;
+		ListCell   *lc;
+		bool		listed = (wanted == NIL);
+
+		if (!db->datallowconn || db->datistemplate ||
+			database_is_invalid_form(db))
+			continue;
+		foreach(lc, wanted)
+			listed |= (strcmp(lfirst(lc), NameStr(db->datname)) == 0);
+		if (!listed)
+			continue;
+
+		/* the list must outlive this transaction */
+		oldcontext = MemoryContextSwitchTo(context);
+		entry = palloc(sizeof(LauncherDatabase));
+		entry->oid = db->oid;
+		strlcpy(entry->name, NameStr(db->datname), NAMEDATALEN);
+		databases = lappend(databases, entry);
+		MemoryContextSwitchTo(oldcontext);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return databases;
+}
+
+/*
+ * Give each listed database a slot, and free the slots of databases that
+ * were dropped or are no longer listed.
+ */
+static void
+launcher_sync_slots(List *databases)
+{
+	ListCell   *lc;
+
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < DedupShared->nslots; i++)
+	{
+		DedupDatabaseSlot *slot = &DedupShared->slots[i];
+		bool		listed = false;
+
+		foreach(lc, databases)
+			listed |= (((LauncherDatabase *) lfirst(lc))->oid == slot->dboid);
+		if (!listed && slot->sweeper_pid == 0)
+			slot->dboid = InvalidOid;
+	}
+	foreach(lc, databases)
+	{
+		LauncherDatabase *db = lfirst(lc);
+
+		if (dedup_database_slot(db->oid, true) == NULL &&
+			!warned_no_database_slot)
+		{
+			ereport(WARNING,
+					(errmsg("dedup sweeper cannot track database \"%s\": all %d slots are in use",
+							db->name, DedupShared->nslots),
+					 errhint("Raise dedup.max_databases, or list the databases to sweep in dedup.databases.")));
+			warned_no_database_slot = true;
+		}
+	}
+	LWLockRelease(DedupShared->lock);
+}
+
+/*
+ * Start a sweeper for one database and wait for it to finish, then schedule
+ * the database's next sweep from the outcome the sweeper left in its slot.
+ */
+static void
+launcher_sweep_database(LauncherDatabase *db)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	BgwHandleStatus status;
+	DedupDatabaseSlot *slot;
+	TimestampTz launched = GetCurrentTimestamp();
+	TimestampTz now;
+	pid_t		pid;
+	int			shift;
+
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	slot = dedup_database_slot(db->oid, false);
+	slot->last_outcome = DEDUP_SWEEP_FAILED;	/* unless the sweeper says */
+	LWLockRelease(DedupShared->lock);
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strcpy(worker.bgw_library_name, "dedup");
+	strcpy(worker.bgw_function_name, "dedup_sweeper_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "dedup sweeper for database %s",
+			 db->name);
+	strcpy(worker.bgw_type, "dedup sweeper");
+	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		if (!warned_no_worker_slot)
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("dedup sweeper could not start: no free background worker slot"),
+					 errhint("Raise max_worker_processes; sweeps resume when a slot is free.")));
+		warned_no_worker_slot = true;
+		LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+		slot->next_sweep = TimestampTzPlusMilliseconds(launched,
+													   dedup_sweep_interval * 1000L);
+		LWLockRelease(DedupShared->lock);
+		return;
+	}
+	warned_no_worker_slot = false;
+
+	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
+	status = WaitForBackgroundWorkerStartup(handle, &pid);
+	if (status == BGWH_STARTED)
+		status = WaitForBackgroundWorkerShutdown(handle);
+	if (status == BGWH_POSTMASTER_DIED)
+		proc_exit(1);
+	pfree(handle);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	now = GetCurrentTimestamp();
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	switch (slot->last_outcome)
+	{
+		case DEDUP_SWEEP_NO_EXTENSION:
+			if (slot->state != DEDUP_DB_ABSENT && dedup_databases[0] != '\0')
+				ereport(WARNING,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("database \"%s\" is listed in dedup.databases, but extension \"dedup\" is not installed there",
+								db->name)));
+			slot->state = DEDUP_DB_ABSENT;
+			slot->failures = 0;
+			break;
+		case DEDUP_SWEEP_DONE:
+		case DEDUP_SWEEP_PARTIAL:
+			slot->state = DEDUP_DB_ACTIVE;
+			slot->failures = 0;
+			slot->next_sweep = TimestampTzPlusMilliseconds(launched,
+														   dedup_sweep_interval * 1000L);
+			break;
+		case DEDUP_SWEEP_FAILED:
+			/* a sweeper that died without a word still leaves a trace */
+			if (slot->last_error_at < launched)
+			{
+				strlcpy(slot->last_error, "sweeper exited before finishing",
+						DEDUP_ERROR_LEN);
+				slot->last_error_at = now;
+			}
+			shift = Min(slot->failures, MAX_BACKOFF_SHIFT);
+			slot->failures++;
+			slot->next_sweep = TimestampTzPlusMilliseconds(now,
+														   (dedup_sweep_interval * 1000L) << shift);
+			break;
+	}
+	LWLockRelease(DedupShared->lock);
+}
+
+/* Sweep every listed database that is due, one after the other. */
+static void
+launcher_sweep_due_databases(void)
+{
+	List	   *databases = launcher_databases();
+	ListCell   *lc;
+
+	launcher_sync_slots(databases);
+	foreach(lc, databases)
+	{
+		LauncherDatabase *db = lfirst(lc);
+		DedupDatabaseSlot *slot;
+		bool		due;
+
+		CHECK_FOR_INTERRUPTS();
+		LWLockAcquire(DedupShared->lock, LW_SHARED);
+		slot = dedup_database_slot(db->oid, false);
+		due = (slot != NULL && slot->state != DEDUP_DB_ABSENT &&
+			   slot->next_sweep <= GetCurrentTimestamp());
+		LWLockRelease(DedupShared->lock);
+
+		if (due)
+			launcher_sweep_database(db);
+	}
+}
+
+/*
+ * When the next sweep is due (DT_NOEND: none).  Read after the sweeps, so a
+ * wake-up that arrived while a sweeper ran (and waiting for it consumed the
+ * latch) is not slept through.
+ */
+static TimestampTz
+launcher_next_wakeup(void)
+{
+	TimestampTz next_wakeup = DT_NOEND;
+
+	LWLockAcquire(DedupShared->lock, LW_SHARED);
+	for (int i = 0; i < DedupShared->nslots; i++)
+	{
+		DedupDatabaseSlot *slot = &DedupShared->slots[i];
+
+		if (slot->dboid != InvalidOid && slot->state != DEDUP_DB_ABSENT)
+			next_wakeup = Min(next_wakeup, slot->next_sweep);
+	}
+	LWLockRelease(DedupShared->lock);
+	return next_wakeup;
+}
+
+/*
+ * After a reload, a shorter dedup.sweep_interval applies to sweeps already
+ * scheduled.
+ */
+static void
+launcher_reschedule(void)
+{
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < DedupShared->nslots; i++)
+	{
+		DedupDatabaseSlot *slot = &DedupShared->slots[i];
+
+		if (slot->dboid != InvalidOid && slot->failures == 0)
+			slot->next_sweep = Min(slot->next_sweep,
+								   TimestampTzPlusMilliseconds(slot->last_start,
+															   dedup_sweep_interval * 1000L));
+	}
+	LWLockRelease(DedupShared->lock);
+}
+
+void
+dedup_launcher_main(Datum main_arg)
+{
+	MemoryContext loop_context;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* no database: only the shared catalogs, pg_database among them */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	/* a new launcher probes every database again, right away */
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	DedupShared->launcher_pid = MyProcPid;
+	DedupShared->launcher_latch = MyLatch;
+	for (int i = 0; i < DedupShared->nslots; i++)
+	{
+		DedupShared->slots[i].state = DEDUP_DB_UNKNOWN;
+		DedupShared->slots[i].next_sweep = 0;
+	}
+	LWLockRelease(DedupShared->lock);
+	before_shmem_exit(launcher_detach, (Datum) 0);
+
+	ereport(LOG, (errmsg("dedup sweeper launcher started")));
+
+	loop_context = AllocSetContextCreate(TopMemoryContext,
+										 "dedup launcher loop",
+										 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		TimestampTz next_wakeup = DT_NOEND;
+		long		timeout_ms = -1;
+		int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			launcher_reschedule();
+		}
+
+		if (dedup_sweep_enabled)
+		{
+			MemoryContext oldcontext = MemoryContextSwitchTo(loop_context);
+
+			launcher_sweep_due_databases();
+			MemoryContextSwitchTo(oldcontext);
+			MemoryContextReset(loop_context);
+			next_wakeup = launcher_next_wakeup();
+		}
+
+		/* a reload that came in while a sweeper ran has lost its latch */
+		if (ConfigReloadPending)
+			continue;
+		if (next_wakeup != DT_NOEND)
+		{
+			timeout_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+														 next_wakeup);
+			events |= WL_TIMEOUT;
+		}
+		(void) WaitLatch(MyLatch, events, timeout_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

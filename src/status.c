@@ -1,0 +1,231 @@
+/*-------------------------------------------------------------------------
+ *
+ * status.c
+ *	  The sweeper's shared memory: one slot per database, with its schedule
+ *	  and the outcome of its sweeps; and the SQL functions that read it
+ *	  (dedup_sweeper_status, behind the dedup_sweeper view) or poke it
+ *	  (dedup_sweeper_wake).
+ *
+ * Shared memory exists only when dedup is in shared_preload_libraries.
+ * Without it, claims work, nothing is swept, and the view says so.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "dedup.h"
+
+PG_FUNCTION_INFO_V1(dedup_sweeper_status);
+PG_FUNCTION_INFO_V1(dedup_sweeper_wake);
+
+DedupSharedState *DedupShared = NULL;
+
+static Size
+dedup_shmem_size(void)
+{
+	return add_size(offsetof(DedupSharedState, slots),
+					mul_size(dedup_max_databases, sizeof(DedupDatabaseSlot)));
+}
+
+/* shmem_request_hook: reserve what dedup_shmem_startup will initialise */
+void
+dedup_shmem_request(void)
+{
+	RequestAddinShmemSpace(dedup_shmem_size());
+	RequestNamedLWLockTranche("dedup", 1);
+}
+
+/* shmem_startup_hook: create or attach to the shared state */
+void
+dedup_shmem_startup(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	DedupShared = ShmemInitStruct("dedup", dedup_shmem_size(), &found);
+	if (!found)
+	{
+		memset(DedupShared, 0, dedup_shmem_size());
+		DedupShared->lock = &(GetNamedLWLockTranche("dedup"))->lock;
+		DedupShared->nslots = dedup_max_databases;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * The slot of database dboid, or NULL.  With create, a free slot is taken
+ * for it if it has none (NULL when every slot is taken).  Caller holds
+ * DedupShared->lock, exclusively if create.
+ */
+DedupDatabaseSlot *
+dedup_database_slot(Oid dboid, bool create)
+{
+	DedupDatabaseSlot *free_slot = NULL;
+
+	for (int i = 0; i < DedupShared->nslots; i++)
+	{
+		DedupDatabaseSlot *slot = &DedupShared->slots[i];
+
+		if (slot->dboid == dboid)
+			return slot;
+		if (free_slot == NULL && slot->dboid == InvalidOid)
+			free_slot = slot;
+	}
+	if (!create || free_slot == NULL)
+		return NULL;
+
+	memset(free_slot, 0, sizeof(DedupDatabaseSlot));
+	free_slot->dboid = dboid;
+	free_slot->state = DEDUP_DB_UNKNOWN;
+	return free_slot;
+}
+
+/* Wake the launcher, if one runs.  Caller holds DedupShared->lock. */
+void
+dedup_wake_launcher(void)
+{
+	if (DedupShared->launcher_latch != NULL)
+		SetLatch(DedupShared->launcher_latch);
+}
+
+static const char *
+outcome_name(DedupSweepOutcome outcome)
+{
+	switch (outcome)
+	{
+		case DEDUP_SWEEP_FAILED:
+			return "failed";
+		case DEDUP_SWEEP_DONE:
+			return "done";
+		case DEDUP_SWEEP_PARTIAL:
+			return "partial";
+		case DEDUP_SWEEP_NO_EXTENSION:
+			return "no extension";
+	}
+	return "unknown";
+}
+
+/* a timestamp column that is NULL until the event has happened once */
+static void
+set_timestamp(Datum *values, bool *nulls, int i, TimestampTz ts)
+{
+	if (ts == 0)
+		nulls[i] = true;
+	else
+		values[i] = TimestampTzGetDatum(ts);
+}
+
+/*
+ * dedup_sweeper_status() RETURNS one row: the sweeper's view of the current
+ * database.  See the dedup_sweeper view for the columns.
+ */
+Datum
+dedup_sweeper_status(PG_FUNCTION_ARGS)
+{
+#define STATUS_COLS 12
+	TupleDesc	tupdesc;
+	Datum		values[STATUS_COLS] = {0};
+	bool		nulls[STATUS_COLS] = {0};
+	DedupDatabaseSlot slot;
+	bool		have_slot = false;
+	bool		running = false;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	if (DedupShared != NULL)
+	{
+		DedupDatabaseSlot *shared_slot;
+
+		LWLockAcquire(DedupShared->lock, LW_SHARED);
+		running = (DedupShared->launcher_pid != 0);
+		shared_slot = dedup_database_slot(MyDatabaseId, false);
+		if (shared_slot != NULL)
+		{
+			slot = *shared_slot;
+			have_slot = true;
+		}
+		LWLockRelease(DedupShared->lock);
+	}
+
+	values[0] = BoolGetDatum(running);
+	values[1] = BoolGetDatum(dedup_sweep_enabled);
+	if (!have_slot)
+	{
+		for (int i = 2; i < STATUS_COLS; i++)
+			nulls[i] = true;
+	}
+	else
+	{
+		values[2] = CStringGetTextDatum(slot.state == DEDUP_DB_ACTIVE ? "active" :
+										slot.state == DEDUP_DB_ABSENT ? "absent" :
+										"unknown");
+		if (slot.sweeper_pid != 0)
+			values[3] = Int32GetDatum(slot.sweeper_pid);
+		else
+			nulls[3] = true;
+		set_timestamp(values, nulls, 4, slot.last_start);
+		set_timestamp(values, nulls, 5, slot.last_end);
+		if (slot.last_start != 0 && slot.sweeper_pid == 0)
+			values[6] = CStringGetTextDatum(outcome_name(slot.last_outcome));
+		else
+			nulls[6] = true;
+		values[7] = Int64GetDatum(slot.last_rows);
+		values[8] = Int64GetDatum(slot.total_rows);
+		if (slot.last_error_at != 0)
+			values[9] = CStringGetTextDatum(slot.last_error);
+		else
+			nulls[9] = true;
+		set_timestamp(values, nulls, 10, slot.last_error_at);
+		set_timestamp(values, nulls, 11, running && slot.state != DEDUP_DB_ABSENT ?
+					  slot.next_sweep : 0);
+	}
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * dedup_sweeper_wake() RETURNS boolean
+ *
+ * Ask the sweeper to sweep the current database now (and to notice a newly
+ * created extension).  Returns false, with a warning, when no sweeper can
+ * run because dedup is not preloaded.
+ */
+Datum
+dedup_sweeper_wake(PG_FUNCTION_ARGS)
+{
+	DedupDatabaseSlot *slot;
+	bool		running;
+
+	if (DedupShared == NULL)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup is not in shared_preload_libraries: processed_messages will not be swept"),
+				 errhint("Add dedup to shared_preload_libraries and restart the server, or call dedup_sweep() yourself.")));
+		PG_RETURN_BOOL(false);
+	}
+
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	slot = dedup_database_slot(MyDatabaseId, true);
+	if (slot != NULL)
+	{
+		if (slot->state == DEDUP_DB_ABSENT)
+			slot->state = DEDUP_DB_UNKNOWN;
+		slot->next_sweep = 0;
+	}
+	dedup_wake_launcher();
+	running = (DedupShared->launcher_pid != 0);
+	LWLockRelease(DedupShared->lock);
+
+	PG_RETURN_BOOL(running);
+}

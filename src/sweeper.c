@@ -1,0 +1,266 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweeper.c
+ *	  The per-database sweeper: a short-lived background worker, started by
+ *	  the launcher, that deletes one database's expired processed_messages
+ *	  rows and exits.
+ *
+ * It stays out of the way: every batch (at most dedup.sweep_batch_size
+ * rows) is its own transaction, so no lock, snapshot or xmin is held
+ * between batches; it never waits for a table lock (it gives up and tries
+ * at the next sweep instead, so it cannot deadlock with ALTER EXTENSION or
+ * other DDL); between batches it steps aside for DROP DATABASE and ALTER
+ * DATABASE, which otherwise fail while a session is connected; and it stops
+ * after dedup.sweep_max_duration.
+ *
+ * The deletes run with the privileges of dedup.sweep_role, or of the owner
+ * of processed_messages, as a security-restricted operation.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "tcop/tcopprot.h"
+#include "utils/acl.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "dedup.h"
+
+static DedupDatabaseSlot *my_slot = NULL;
+
+/* before_shmem_exit: however the sweeper ends, its slot says it ended */
+static void
+sweeper_detach(int code, Datum arg)
+{
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	my_slot->sweeper_pid = 0;
+	my_slot->last_end = GetCurrentTimestamp();
+	LWLockRelease(DedupShared->lock);
+}
+
+static void
+sweeper_record(DedupSweepOutcome outcome, uint64 rows, const char *error)
+{
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	my_slot->last_outcome = outcome;
+	my_slot->last_rows += rows;
+	my_slot->total_rows += rows;
+	if (error != NULL)
+	{
+		strlcpy(my_slot->last_error, error, DEDUP_ERROR_LEN);
+		my_slot->last_error_at = GetCurrentTimestamp();
+	}
+	LWLockRelease(DedupShared->lock);
+}
+
+/*
+ * Is DROP DATABASE or ALTER DATABASE waiting for this database?  Both take
+ * an AccessExclusiveLock on it and then wait a few seconds for the other
+ * sessions to leave; a lock that conflicts with it tells us to go.
+ */
+static bool
+sweeper_database_wanted(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, MyDatabaseId, 0);
+	if (LockAcquire(&tag, AccessShareLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, AccessShareLock, true);
+	return false;
+}
+
+/*
+ * Start a sweep transaction: lock the tables without waiting, in a fixed
+ * order, and switch to the sweep role.  Returns the extension's schema, or
+ * InvalidOid (with *busy false) when dedup is not installed, or InvalidOid
+ * (with *busy true) when a table lock is not free right now.
+ */
+static Oid
+sweeper_begin(LOCKMODE messages_lock, bool *busy)
+{
+	Oid			schema;
+	Oid			messages;
+	Oid			retention;
+	Oid			role;
+
+	*busy = false;
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	schema = dedup_extension_schema(true);
+	if (!OidIsValid(schema))
+		return InvalidOid;
+	messages = get_relname_relid("processed_messages", schema);
+	retention = get_relname_relid("dedup_retention", schema);
+	if (!OidIsValid(messages) || !OidIsValid(retention) ||
+		!ConditionalLockRelationOid(messages, messages_lock) ||
+		!ConditionalLockRelationOid(retention, AccessShareLock))
+	{
+		*busy = true;
+		return InvalidOid;
+	}
+
+	if (dedup_sweep_role[0] != '\0')
+		role = get_role_oid(dedup_sweep_role, false);
+	else
+	{
+		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(messages));
+
+		if (!HeapTupleIsValid(tuple))
+			elog(ERROR, "cache lookup failed for relation %u", messages);
+		role = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+		ReleaseSysCache(tuple);
+	}
+	SetUserIdAndSecContext(role, SECURITY_RESTRICTED_OPERATION);
+	return schema;
+}
+
+/* Commit a sweep transaction; the user ID is restored with it. */
+static void
+sweeper_end(void)
+{
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* Sweep this database: all of it, or until time, DDL or a lock stops us. */
+static DedupSweepOutcome
+sweeper_sweep(TimestampTz start)
+{
+	TimestampTz deadline = 0;
+	MemoryContext sweep_context = CurrentMemoryContext;
+	MemoryContext oldcontext;
+	List	   *targets;
+	ListCell   *lc;
+	Oid			schema;
+	bool		busy;
+	Oid			saved_user;
+	int			saved_sec_context;
+
+	if (dedup_sweep_max_duration > 0)
+		deadline = TimestampTzPlusMilliseconds(start,
+											   dedup_sweep_max_duration * 1000L);
+	GetUserIdAndSecContext(&saved_user, &saved_sec_context);
+
+	/* first, in one short transaction: which consumers have expired rows */
+	schema = sweeper_begin(AccessShareLock, &busy);
+	if (!OidIsValid(schema))
+	{
+		sweeper_end();
+		return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
+	}
+	pgstat_report_activity(STATE_RUNNING, "dedup sweep: listing expired claims");
+	/* the list must outlive the transaction */
+	oldcontext = MemoryContextSwitchTo(sweep_context);
+	targets = dedup_sweep_targets(schema, NULL);
+	MemoryContextSwitchTo(oldcontext);
+	SetUserIdAndSecContext(saved_user, saved_sec_context);
+	sweeper_end();
+
+	/* then the deletes, one batch per transaction */
+	foreach(lc, targets)
+	{
+		DedupSweepTarget *target = lfirst(lc);
+		uint64		deleted;
+
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (sweeper_database_wanted())
+				return DEDUP_SWEEP_PARTIAL;
+			if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+				return DEDUP_SWEEP_PARTIAL;
+
+			schema = sweeper_begin(RowExclusiveLock, &busy);
+			if (!OidIsValid(schema))
+			{
+				sweeper_end();
+				return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
+			}
+			pgstat_report_activity(STATE_RUNNING, "dedup sweep: deleting expired claims");
+			deleted = dedup_sweep_batch(schema, target, dedup_sweep_batch_size);
+			SetUserIdAndSecContext(saved_user, saved_sec_context);
+			sweeper_end();
+			sweeper_record(DEDUP_SWEEP_PARTIAL, deleted, NULL);
+		} while (deleted == (uint64) dedup_sweep_batch_size);
+	}
+	return DEDUP_SWEEP_DONE;
+}
+
+void
+dedup_sweeper_main(Datum main_arg)
+{
+	Oid			dboid = DatumGetObjectId(main_arg);
+	TimestampTz start;
+	MemoryContext sweep_context;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* binary-upgrade mode writes nothing */
+	if (IsBinaryUpgrade)
+		proc_exit(0);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	/* nothing the sweep runs is looked up through a user's search_path */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
+					PGC_S_OVERRIDE);
+
+	start = GetCurrentTimestamp();
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	my_slot = dedup_database_slot(dboid, false);
+	if (my_slot == NULL)
+	{
+		LWLockRelease(DedupShared->lock);
+		proc_exit(0);
+	}
+	my_slot->sweeper_pid = MyProcPid;
+	my_slot->last_start = start;
+	my_slot->last_rows = 0;
+	LWLockRelease(DedupShared->lock);
+	before_shmem_exit(sweeper_detach, (Datum) 0);
+
+	sweep_context = AllocSetContextCreate(TopMemoryContext, "dedup sweep",
+										  ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(sweep_context);
+
+	PG_TRY();
+	{
+		sweeper_record(sweeper_sweep(start), 0, NULL);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		/* log the error, keep its message for the dedup_sweeper view */
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(sweep_context);
+		EmitErrorReport();
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		sweeper_record(DEDUP_SWEEP_FAILED, 0, edata->message);
+		RESUME_INTERRUPTS();
+	}
+	PG_END_TRY();
+
+	proc_exit(0);
+}
