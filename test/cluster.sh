@@ -16,8 +16,9 @@ as_pg() {
 	fi
 }
 
-# cluster_start: initdb and start a cluster in a new temporary directory,
-# with dedup preloaded; exports PGHOST, PGPORT, PGUSER, PGDATABASE, CLUSTER_DIR
+# cluster_start [SETTING...]: initdb and start a cluster in a new temporary
+# directory, with dedup preloaded and the given postgresql.conf lines;
+# exports PGHOST, PGPORT, PGUSER, PGDATABASE, CLUSTER_DIR
 cluster_start() {
 	CLUSTER_DIR=$(mktemp -d /tmp/dedup-cluster.XXXXXX)
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$CLUSTER_DIR"
@@ -32,6 +33,7 @@ shared_preload_libraries = 'dedup'
 fsync = off
 max_prepared_transactions = 10
 CONF
+	printf '%s\n' "$@" >>"$CLUSTER_DIR/data/postgresql.conf"
 	as_pg pg_ctl -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start >/dev/null
 	trap cluster_stop EXIT
 	echo "== throwaway cluster in $CLUSTER_DIR (port $PGPORT)"

@@ -15,7 +15,9 @@ if [ "$(id -u)" -eq 0 ]; then
 	"$top/test/setup.sh"
 fi
 . "$top/test/cluster.sh"
-cluster_start
+# pg_regress and the isolation specs expect no sweep behind their backs; the
+# TAP tests start their own clusters to test the sweeper
+cluster_start "dedup.sweep_enabled = off"
 
 # a private copy of the tree the tests may write into (results/, tmp_check/)
 work=$CLUSTER_DIR/src
