@@ -1,0 +1,2 @@
+\set id random(1, 1000)
+SELECT dedup_claim('dup', :id::text);
