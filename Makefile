@@ -12,6 +12,7 @@ OBJS = \
 	src/claim.o \
 	src/sweep.o \
 	src/status.o \
+	src/stats.o \
 	src/launcher.o \
 	src/sweeper.o
 

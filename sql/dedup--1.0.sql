@@ -171,9 +171,16 @@ RETURNS record
 AS 'MODULE_PATHNAME', 'dedup_sweeper_status'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 
+/* dedup.retention as an interval; NULL when it keeps claims forever */
+CREATE FUNCTION @extschema@.dedup_default_retention()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'dedup_default_retention'
+LANGUAGE C STABLE PARALLEL SAFE;
+
 CREATE VIEW @extschema@.dedup_sweeper AS
 	SELECT pg_catalog.current_database() AS database,
-		   pg_catalog.current_setting('dedup.retention') AS default_retention,
+		   COALESCE(@extschema@.dedup_default_retention()::pg_catalog.text,
+					'forever') AS default_retention,
 		   s.*
 	  FROM @extschema@.dedup_sweeper_status() s;
 COMMENT ON VIEW @extschema@.dedup_sweeper IS
@@ -193,8 +200,196 @@ REVOKE ALL ON FUNCTION @extschema@.dedup_sweep(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_sweeper_wake() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_sweeper_status() FROM PUBLIC;
 REVOKE ALL ON @extschema@.dedup_sweeper FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_default_retention() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_default_retention() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION @extschema@.dedup_sweeper_status() TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_sweeper TO pg_monitor;
+
+/*
+ * Observability.  Claim counters live in shared memory (stats.c); what the
+ * table holds is read from the table and its planner statistics.  Monitoring
+ * roles (pg_monitor) may read both views: they show consumers and numbers,
+ * never a message id.
+ */
+CREATE FUNCTION @extschema@.dedup_claim_counters(
+	OUT consumer text,
+	OUT claims bigint,
+	OUT duplicates bigint,
+	OUT lock_waits bigint,
+	OUT serialization_failures bigint,
+	OUT last_claim_at timestamptz,
+	OUT last_duplicate_at timestamptz,
+	OUT counters_since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dedup_claim_counters'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.dedup_counters_status()
+RETURNS text
+AS 'MODULE_PATHNAME', 'dedup_counters_status'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+/* dedup_stats_reset([consumer]): forget this database's claim counters */
+CREATE FUNCTION @extschema@.dedup_stats_reset(consumer text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'dedup_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/*
+ * What processed_messages holds, per consumer: every consumer with rows or
+ * with its own window.  Cheap at any size: one index probe per consumer for
+ * the oldest and latest rows; row counts estimated from the planner
+ * statistics (NULL before the first ANALYZE); the expired backlog counted up
+ * to 100000 rows.  SECURITY DEFINER so that monitoring roles need no access
+ * to the table; the body is bound at creation (BEGIN ATOMIC), so it does
+ * not depend on anyone's search_path.
+ */
+CREATE FUNCTION @extschema@.dedup_consumer_storage(
+	OUT consumer text,
+	OUT records_estimate bigint,
+	OUT oldest_record_at timestamptz,
+	OUT latest_record_at timestamptz,
+	OUT retention interval,
+	OUT keep_forever boolean,
+	OUT expired_backlog bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+BEGIN ATOMIC
+	WITH RECURSIVE with_rows(name) AS (
+		(SELECT m.consumer_name FROM processed_messages m
+		  ORDER BY m.consumer_name LIMIT 1)
+	  UNION ALL
+		SELECT (SELECT m.consumer_name FROM processed_messages m
+				 WHERE m.consumer_name OPERATOR(pg_catalog.>) w.name
+				 ORDER BY m.consumer_name LIMIT 1)
+		  FROM with_rows w WHERE w.name IS NOT NULL
+	),
+	consumers(name) AS (
+		SELECT w.name FROM with_rows w WHERE w.name IS NOT NULL
+		UNION
+		SELECT r.consumer_name FROM dedup_retention r
+	),
+	stats AS (
+		SELECT s.most_common_vals::pg_catalog.text::pg_catalog.text[] AS vals,
+			   s.most_common_freqs AS freqs,
+			   s.null_frac,
+			   CASE WHEN s.n_distinct OPERATOR(pg_catalog.>=) 0 THEN s.n_distinct
+					ELSE (OPERATOR(pg_catalog.-) s.n_distinct) OPERATOR(pg_catalog.*) c.reltuples
+			   END AS distinct_values,
+			   c.reltuples
+		  FROM pg_catalog.pg_class c
+		  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+		  JOIN pg_catalog.pg_stats s
+			ON s.schemaname OPERATOR(pg_catalog.=) n.nspname
+		   AND s.tablename OPERATOR(pg_catalog.=) c.relname
+		   AND s.attname OPERATOR(pg_catalog.=) 'consumer_name'
+		 WHERE c.oid OPERATOR(pg_catalog.=) 'processed_messages'::pg_catalog.regclass
+		   AND c.reltuples OPERATOR(pg_catalog.>=) 0
+	),
+	windows AS (
+		SELECT c.name,
+			   (SELECT pg_catalog.min(m.processed_at) FROM processed_messages m
+				 WHERE m.consumer_name OPERATOR(pg_catalog.=) c.name) AS oldest,
+			   (SELECT pg_catalog.max(m.processed_at) FROM processed_messages m
+				 WHERE m.consumer_name OPERATOR(pg_catalog.=) c.name) AS latest,
+			   CASE WHEN r.consumer_name IS NULL THEN dedup_default_retention()
+					ELSE r.retention END AS retention
+		  FROM consumers c
+		  LEFT JOIN dedup_retention r ON r.consumer_name OPERATOR(pg_catalog.=) c.name
+	)
+	SELECT w.name,
+		   (SELECT CASE
+				WHEN w.name OPERATOR(pg_catalog.=) ANY (s.vals) THEN
+					pg_catalog.round(s.freqs[pg_catalog.array_position(s.vals, w.name)]
+									 OPERATOR(pg_catalog.*) s.reltuples)
+				ELSE
+					pg_catalog.round((1 OPERATOR(pg_catalog.-) s.null_frac
+									  OPERATOR(pg_catalog.-) COALESCE((SELECT pg_catalog.sum(f) FROM pg_catalog.unnest(s.freqs) f), 0))
+									 OPERATOR(pg_catalog.*) s.reltuples
+									 OPERATOR(pg_catalog./) GREATEST(s.distinct_values
+											OPERATOR(pg_catalog.-) COALESCE(pg_catalog.cardinality(s.vals), 0), 1))
+			   END::pg_catalog.int8 FROM stats s),
+		   w.oldest,
+		   w.latest,
+		   w.retention,
+		   w.retention IS NULL,
+		   CASE WHEN w.retention IS NULL OR w.latest IS NULL THEN 0
+				ELSE (SELECT pg_catalog.count(*) FROM
+						(SELECT FROM processed_messages m
+						  WHERE m.consumer_name OPERATOR(pg_catalog.=) w.name
+							AND m.processed_at OPERATOR(pg_catalog.<)
+								(w.latest OPERATOR(pg_catalog.-) w.retention)
+						  LIMIT 100000) expired)
+		   END
+	  FROM windows w;
+END;
+
+/* dedup_stats: per consumer of this database, counters and storage */
+CREATE VIEW @extschema@.dedup_stats AS
+	SELECT COALESCE(c.consumer, s.consumer) AS consumer,
+		   c.claims,
+		   c.duplicates,
+		   c.lock_waits,
+		   c.serialization_failures,
+		   c.last_claim_at,
+		   c.last_duplicate_at,
+		   s.records_estimate,
+		   s.oldest_record_at,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_record_at AS oldest_record_age,
+		   s.latest_record_at,
+		   CASE WHEN s.keep_forever THEN 'forever'
+				ELSE s.retention::pg_catalog.text END AS retention,
+		   s.expired_backlog,
+		   CASE WHEN c.consumer IS NOT NULL THEN 'on'
+				WHEN @extschema@.dedup_counters_status() OPERATOR(pg_catalog.=) 'on'
+				THEN 'not counted'
+				ELSE @extschema@.dedup_counters_status() END AS counters,
+		   c.counters_since
+	  FROM @extschema@.dedup_claim_counters() c
+	  FULL JOIN @extschema@.dedup_consumer_storage() s
+		ON s.consumer OPERATOR(pg_catalog.=) c.consumer;
+COMMENT ON VIEW @extschema@.dedup_stats IS
+	'dedup: claims, duplicates and storage per consumer in this database';
+
+/* dedup_storage: this database's record table, its growth and its sweeper */
+CREATE VIEW @extschema@.dedup_storage AS
+	SELECT pg_catalog.pg_table_size(t.oid) AS table_bytes,
+		   pg_catalog.pg_indexes_size(t.oid) AS index_bytes,
+		   pg_catalog.pg_total_relation_size(t.oid) AS total_bytes,
+		   CASE WHEN t.reltuples OPERATOR(pg_catalog.>=) 0
+				THEN t.reltuples::pg_catalog.int8 END AS rows_estimate,
+		   st.consumers,
+		   st.expired_backlog,
+		   w.sweeper_running,
+		   w.last_sweep_end,
+		   w.last_sweep_outcome,
+		   w.total_rows_deleted,
+		   w.last_error,
+		   w.last_error_at,
+		   w.next_sweep
+	  FROM pg_catalog.pg_class t
+	  JOIN pg_catalog.pg_extension e
+		ON e.extnamespace OPERATOR(pg_catalog.=) t.relnamespace
+	   AND e.extname OPERATOR(pg_catalog.=) 'dedup'
+	 CROSS JOIN (SELECT pg_catalog.count(*) AS consumers,
+						pg_catalog.sum(x.expired_backlog)::pg_catalog.int8 AS expired_backlog
+				   FROM @extschema@.dedup_consumer_storage() x) st
+	 CROSS JOIN @extschema@.dedup_sweeper w
+	 WHERE t.relname OPERATOR(pg_catalog.=) 'processed_messages';
+COMMENT ON VIEW @extschema@.dedup_storage IS
+	'dedup: size and growth of processed_messages, and the health of its sweeper';
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_counters_status() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_stats_reset(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_consumer_storage() FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_stats FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_storage FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_claim_counters() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_counters_status() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_consumer_storage() TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_stats TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_storage TO pg_monitor;
 
 /*
  * Tell a running sweeper about this database (a newly created extension is

@@ -28,6 +28,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 
 #include "dedup.h"
 
@@ -148,6 +149,7 @@ dedup_claim(PG_FUNCTION_ARGS)
 	SPIPlanPtr	plan;
 	int			ret;
 	bool		claimed;
+	TimestampTz lock_wait_mark;
 
 	claim_check_argument(fcinfo, 0, "consumer", DEDUP_MAX_CONSUMER_BYTES);
 	claim_check_argument(fcinfo, 1, "message_id", DEDUP_MAX_MESSAGE_ID_BYTES);
@@ -160,11 +162,32 @@ dedup_claim(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	plan = claim_plan_get(fcinfo->flinfo->fn_oid);
-	ret = SPI_execute_plan(plan, values, NULL, false, 0);
+
+	/*
+	 * Every lock wait re-arms the deadlock timeout (ProcSleep), so a new
+	 * start time afterwards means the claim waited: nearly always for an
+	 * in-flight claim of the same key.
+	 */
+	lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);
+	PG_TRY();
+	{
+		ret = SPI_execute_plan(plan, values, NULL, false, 0);
+	}
+	PG_CATCH();
+	{
+		if (geterrcode() == ERRCODE_T_R_SERIALIZATION_FAILURE)
+			dedup_stats_count(PG_GETARG_TEXT_PP(0), DEDUP_SERIALIZATION_FAILURE,
+							  get_timeout_start_time(DEADLOCK_TIMEOUT) != lock_wait_mark);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	if (ret != SPI_OK_INSERT)
 		elog(ERROR, "claim insert failed: %s", SPI_result_code_string(ret));
 	claimed = (SPI_processed == 1);
 	SPI_finish();
 
+	dedup_stats_count(PG_GETARG_TEXT_PP(0),
+					  claimed ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+					  get_timeout_start_time(DEADLOCK_TIMEOUT) != lock_wait_mark);
 	PG_RETURN_BOOL(claimed);
 }

@@ -30,6 +30,8 @@ extern int	dedup_sweep_max_duration;
 extern char *dedup_databases;
 extern char *dedup_sweep_role;
 extern int	dedup_max_databases;
+extern bool dedup_track_claims;
+extern int	dedup_max_consumers;
 extern void dedup_define_gucs(void);
 
 /* dedup.c */
@@ -89,6 +91,19 @@ extern void dedup_shmem_request(void);
 extern void dedup_shmem_startup(void);
 extern DedupDatabaseSlot *dedup_database_slot(Oid dboid, bool create);
 extern void dedup_wake_launcher(void);
+
+/* stats.c: per-consumer claim counters */
+typedef enum DedupClaimOutcome
+{
+	DEDUP_CLAIMED,
+	DEDUP_DUPLICATE,
+	DEDUP_SERIALIZATION_FAILURE
+} DedupClaimOutcome;
+
+extern Size dedup_stats_shmem_size(void);
+extern void dedup_stats_shmem_startup(void);
+extern void dedup_stats_count(text *consumer, DedupClaimOutcome outcome,
+							  bool waited);
 
 /* sweep.c: finding and deleting expired rows */
 typedef struct DedupSweepTarget

@@ -29,6 +29,8 @@ int			dedup_sweep_max_duration = 60;
 char	   *dedup_databases = NULL;
 char	   *dedup_sweep_role = NULL;
 int			dedup_max_databases = 64;
+bool		dedup_track_claims = true;
+int			dedup_max_consumers = 1000;
 
 /* dedup.databases must be a list of identifiers: "db1, db2, ..." */
 static bool
@@ -104,8 +106,18 @@ dedup_define_gucs(void)
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 
-	/* sizes shared memory, which only a preloaded library has */
+	/* a superuser may turn counting off, e.g. to measure what it costs */
+	DefineCustomBoolVariable("dedup.track_claims",
+							 "Whether claims are counted for the dedup_stats view.",
+							 NULL,
+							 &dedup_track_claims,
+							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	/* these size shared memory, which only a preloaded library has */
 	if (process_shared_preload_libraries_in_progress)
+	{
 		DefineCustomIntVariable("dedup.max_databases",
 								"Most databases the sweeper keeps track of.",
 								NULL,
@@ -113,6 +125,14 @@ dedup_define_gucs(void)
 								64, 1, 10000,
 								PGC_POSTMASTER, 0,
 								NULL, NULL, NULL);
+		DefineCustomIntVariable("dedup.max_consumers",
+								"Most (database, consumer) pairs whose claims are counted.",
+								NULL,
+								&dedup_max_consumers,
+								1000, 10, 1000000,
+								PGC_POSTMASTER, 0,
+								NULL, NULL, NULL);
+	}
 
 	MarkGUCPrefixReserved("dedup");
 }

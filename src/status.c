@@ -40,8 +40,10 @@ dedup_shmem_size(void)
 void
 dedup_shmem_request(void)
 {
-	RequestAddinShmemSpace(dedup_shmem_size());
-	RequestNamedLWLockTranche("dedup", 1);
+	RequestAddinShmemSpace(add_size(dedup_shmem_size(),
+									dedup_stats_shmem_size()));
+	/* [0]: the sweeper's slots; [1]: the claim counters */
+	RequestNamedLWLockTranche("dedup", 2);
 }
 
 /* shmem_startup_hook: create or attach to the shared state */
@@ -58,6 +60,7 @@ dedup_shmem_startup(void)
 		DedupShared->lock = &(GetNamedLWLockTranche("dedup"))->lock;
 		DedupShared->nslots = dedup_max_databases;
 	}
+	dedup_stats_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -31,11 +31,44 @@
 #include "dedup.h"
 
 PG_FUNCTION_INFO_V1(dedup_sweep);
+PG_FUNCTION_INFO_V1(dedup_default_retention);
 
 static char *
 qualified_table(Oid schema, const char *table)
 {
 	return quote_qualified_identifier(get_namespace_name(schema), table);
+}
+
+/*
+ * dedup.retention as an interval; NULL (*isnull) for -1, forever, as in the
+ * dedup_retention table.
+ */
+static Datum
+default_retention(bool *isnull)
+{
+	Interval   *window;
+
+	*isnull = (dedup_retention < 0);
+	if (*isnull)
+		return (Datum) 0;
+	window = palloc0(sizeof(Interval));
+	window->time = (int64) dedup_retention * USECS_PER_SEC;
+	return IntervalPGetDatum(window);
+}
+
+/*
+ * dedup_default_retention() RETURNS interval: dedup.retention, NULL when it
+ * keeps claims forever.
+ */
+Datum
+dedup_default_retention(PG_FUNCTION_ARGS)
+{
+	bool		isnull;
+	Datum		window = default_retention(&isnull);
+
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(window);
 }
 
 /*
@@ -56,6 +89,7 @@ dedup_sweep_targets(Oid schema, const char *only_consumer)
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
 	List	   *targets = NIL;
+	bool		isnull;
 	int			ret;
 
 	query = psprintf(
@@ -81,16 +115,8 @@ dedup_sweep_targets(Oid schema, const char *only_consumer)
 					 "        IS NOT NULL",
 					 messages, messages, messages, retention);
 
-	/* dedup.retention = -1 means forever: a NULL window, like the table's */
-	if (dedup_retention < 0)
-		nulls[0] = 'n';
-	else
-	{
-		Interval   *window = palloc0(sizeof(Interval));
-
-		window->time = (int64) dedup_retention * USECS_PER_SEC;
-		values[0] = IntervalPGetDatum(window);
-	}
+	values[0] = default_retention(&isnull);
+	nulls[0] = isnull ? 'n' : ' ';
 	if (only_consumer == NULL)
 		nulls[1] = 'n';
 	else

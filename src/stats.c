@@ -1,0 +1,384 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.c
+ *	  Per-consumer claim counters in shared memory: claims, duplicates, lock
+ *	  waits and serialization failures, for the dedup_stats view.
+ *
+ * One hash entry per (database, consumer), created by the first claim, with
+ * its counters under a spinlock; the table itself under an LWLock, taken
+ * shared on the claim path and exclusively only to add or remove entries.
+ * The counters are written to pg_stat/dedup.stat at a clean shutdown and
+ * read back at startup, so they survive a clean restart; after a crash they
+ * start from zero (the file is removed once read).
+ *
+ * Counted are dedup_claim() calls, whatever their transaction does later:
+ * a claim whose transaction rolls back still counts, as its redelivery will.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+#include "dedup.h"
+
+PG_FUNCTION_INFO_V1(dedup_claim_counters);
+PG_FUNCTION_INFO_V1(dedup_counters_status);
+PG_FUNCTION_INFO_V1(dedup_stats_reset);
+
+#define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
+#define STATS_FILE_TMP	STATS_FILE ".tmp"
+#define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
+#define STATS_FILE_VERSION 1
+
+typedef struct StatsKey
+{
+	Oid			dboid;
+	char		consumer[DEDUP_MAX_CONSUMER_BYTES + 1];
+} StatsKey;
+
+typedef struct StatsCounters
+{
+	int64		claims;			/* calls that returned true */
+	int64		duplicates;		/* calls that returned false */
+	int64		lock_waits;		/* calls that waited for a lock */
+	int64		serialization_failures; /* calls that raised 40001 */
+	TimestampTz last_claim;
+	TimestampTz last_duplicate;
+	TimestampTz since;			/* when counting started */
+} StatsCounters;
+
+typedef struct StatsEntry
+{
+	StatsKey	key;			/* hash key: must be first */
+	slock_t		mutex;			/* protects counters */
+	StatsCounters counters;
+} StatsEntry;
+
+static LWLock *stats_lock = NULL;	/* protects the hash table's membership */
+static HTAB *stats_hash = NULL;
+
+/* Only the bytes of the name count: the rest of the key buffer is junk. */
+static uint32
+stats_key_hash(const void *key, Size keysize)
+{
+	const StatsKey *k = key;
+
+	return hash_bytes((const unsigned char *) k->consumer,
+					  strlen(k->consumer)) ^ k->dboid;
+}
+
+static int
+stats_key_compare(const void *key1, const void *key2, Size keysize)
+{
+	const StatsKey *k1 = key1;
+	const StatsKey *k2 = key2;
+
+	if (k1->dboid != k2->dboid)
+		return 1;
+	return strcmp(k1->consumer, k2->consumer);
+}
+
+static void *
+stats_key_copy(void *dest, const void *src, Size keysize)
+{
+	StatsKey   *d = dest;
+	const StatsKey *s = src;
+
+	d->dboid = s->dboid;
+	strlcpy(d->consumer, s->consumer, sizeof(d->consumer));
+	return dest;
+}
+
+Size
+dedup_stats_shmem_size(void)
+{
+	return hash_estimate_size(dedup_max_consumers, sizeof(StatsEntry));
+}
+
+/* Write the counters to STATS_FILE: on_shmem_exit of the postmaster. */
+static void
+stats_save(int code, Datum arg)
+{
+	HASH_SEQ_STATUS scan;
+	StatsEntry *entry;
+	FILE	   *file;
+	uint32		header[2] = {STATS_FILE_MAGIC, STATS_FILE_VERSION};
+	int64		count = hash_get_num_entries(stats_hash);
+
+	/* after a crash the counters are not trustworthy: don't keep them */
+	if (code != 0)
+		return;
+
+	file = AllocateFile(STATS_FILE_TMP, PG_BINARY_W);
+	if (file == NULL)
+		goto error;
+	if (fwrite(header, sizeof(header), 1, file) != 1 ||
+		fwrite(&count, sizeof(count), 1, file) != 1)
+		goto error;
+	hash_seq_init(&scan, stats_hash);
+	while ((entry = hash_seq_search(&scan)) != NULL)
+	{
+		if (fwrite(&entry->key, sizeof(StatsKey), 1, file) != 1 ||
+			fwrite(&entry->counters, sizeof(StatsCounters), 1, file) != 1)
+		{
+			hash_seq_term(&scan);
+			goto error;
+		}
+	}
+	if (FreeFile(file))
+	{
+		file = NULL;
+		goto error;
+	}
+	(void) durable_rename(STATS_FILE_TMP, STATS_FILE, LOG);
+	return;
+
+error:
+	ereport(LOG,
+			(errcode_for_file_access(),
+			 errmsg("could not write file \"%s\": %m", STATS_FILE_TMP)));
+	if (file)
+		FreeFile(file);
+	unlink(STATS_FILE_TMP);
+}
+
+/* Read the counters a clean shutdown left, then remove the file. */
+static void
+stats_load(void)
+{
+	FILE	   *file;
+	uint32		header[2];
+	int64		count;
+
+	file = AllocateFile(STATS_FILE, PG_BINARY_R);
+	if (file == NULL)
+	{
+		if (errno != ENOENT)
+			goto error;
+		return;
+	}
+	if (fread(header, sizeof(header), 1, file) != 1 ||
+		header[0] != STATS_FILE_MAGIC || header[1] != STATS_FILE_VERSION ||
+		fread(&count, sizeof(count), 1, file) != 1)
+		goto error;
+	for (int64 i = 0; i < count; i++)
+	{
+		StatsKey	key;
+		StatsCounters counters;
+		StatsEntry *entry;
+
+		if (fread(&key, sizeof(key), 1, file) != 1 ||
+			fread(&counters, sizeof(counters), 1, file) != 1)
+			goto error;
+		key.consumer[DEDUP_MAX_CONSUMER_BYTES] = '\0';
+		entry = hash_search(stats_hash, &key, HASH_ENTER_NULL, NULL);
+		if (entry == NULL)
+			break;				/* dedup.max_consumers was lowered */
+		SpinLockInit(&entry->mutex);
+		entry->counters = counters;
+	}
+	FreeFile(file);
+	unlink(STATS_FILE);
+	return;
+
+error:
+	ereport(LOG,
+			(errcode_for_file_access(),
+			 errmsg("could not read file \"%s\", claim counters start from zero",
+					STATS_FILE)));
+	if (file)
+		FreeFile(file);
+	unlink(STATS_FILE);
+}
+
+/* shmem_startup_hook part: create or attach to the counters */
+void
+dedup_stats_shmem_startup(void)
+{
+	HASHCTL		info;
+
+	stats_lock = &(GetNamedLWLockTranche("dedup"))[1].lock;
+	info.keysize = sizeof(StatsKey);
+	info.entrysize = sizeof(StatsEntry);
+	info.hash = stats_key_hash;
+	info.match = stats_key_compare;
+	info.keycopy = stats_key_copy;
+	stats_hash = ShmemInitHash("dedup stats hash",
+							   dedup_max_consumers, dedup_max_consumers,
+							   &info,
+							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY);
+
+	/* the postmaster loads the counters, and saves them at exit */
+	if (!IsUnderPostmaster)
+	{
+		stats_load();
+		on_shmem_exit(stats_save, (Datum) 0);
+	}
+}
+
+/*
+ * Count one claim of consumer (in the current database) with its outcome.
+ * A consumer that finds the table full (dedup.max_consumers) is not
+ * counted; the dedup_stats view shows it as not tracked.
+ */
+void
+dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited)
+{
+	StatsKey	key;
+	StatsEntry *entry;
+	TimestampTz now = GetCurrentStatementStartTimestamp();
+
+	if (stats_hash == NULL || !dedup_track_claims)
+		return;
+
+	key.dboid = MyDatabaseId;
+	text_to_cstring_buffer(consumer, key.consumer, sizeof(key.consumer));
+
+	LWLockAcquire(stats_lock, LW_SHARED);
+	entry = hash_search(stats_hash, &key, HASH_FIND, NULL);
+	if (entry == NULL)
+	{
+		bool		found;
+
+		LWLockRelease(stats_lock);
+		LWLockAcquire(stats_lock, LW_EXCLUSIVE);
+		entry = hash_search(stats_hash, &key, HASH_ENTER_NULL, &found);
+		if (entry == NULL)
+		{
+			LWLockRelease(stats_lock);
+			return;
+		}
+		if (!found)
+		{
+			SpinLockInit(&entry->mutex);
+			memset(&entry->counters, 0, sizeof(StatsCounters));
+			entry->counters.since = now;
+		}
+	}
+
+	SpinLockAcquire(&entry->mutex);
+	switch (outcome)
+	{
+		case DEDUP_CLAIMED:
+			entry->counters.claims++;
+			entry->counters.last_claim = now;
+			break;
+		case DEDUP_DUPLICATE:
+			entry->counters.duplicates++;
+			entry->counters.last_duplicate = now;
+			break;
+		case DEDUP_SERIALIZATION_FAILURE:
+			entry->counters.serialization_failures++;
+			break;
+	}
+	if (waited)
+		entry->counters.lock_waits++;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(stats_lock);
+}
+
+/*
+ * dedup_claim_counters() RETURNS SETOF record: the counters of every
+ * consumer of the current database.  No rows when not preloaded.
+ */
+Datum
+dedup_claim_counters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS scan;
+	StatsEntry *entry;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (stats_hash == NULL)
+		return (Datum) 0;
+
+	LWLockAcquire(stats_lock, LW_SHARED);
+	hash_seq_init(&scan, stats_hash);
+	while ((entry = hash_seq_search(&scan)) != NULL)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {0};
+		StatsCounters c;
+
+		if (entry->key.dboid != MyDatabaseId)
+			continue;
+		SpinLockAcquire(&entry->mutex);
+		c = entry->counters;
+		SpinLockRelease(&entry->mutex);
+
+		values[0] = CStringGetTextDatum(entry->key.consumer);
+		values[1] = Int64GetDatum(c.claims);
+		values[2] = Int64GetDatum(c.duplicates);
+		values[3] = Int64GetDatum(c.lock_waits);
+		values[4] = Int64GetDatum(c.serialization_failures);
+		values[5] = TimestampTzGetDatum(c.last_claim);
+		nulls[5] = (c.last_claim == 0);
+		values[6] = TimestampTzGetDatum(c.last_duplicate);
+		nulls[6] = (c.last_duplicate == 0);
+		values[7] = TimestampTzGetDatum(c.since);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(stats_lock);
+	return (Datum) 0;
+}
+
+/*
+ * dedup_stats_reset(consumer text DEFAULT NULL) RETURNS void
+ *
+ * Forget the counters of one consumer of the current database, or of all
+ * of them.
+ */
+Datum
+dedup_stats_reset(PG_FUNCTION_ARGS)
+{
+	HASH_SEQ_STATUS scan;
+	StatsEntry *entry;
+	char	   *consumer = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	if (stats_hash == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup claim counters are not available"),
+				 errdetail("Counters need dedup in shared_preload_libraries.")));
+
+	LWLockAcquire(stats_lock, LW_EXCLUSIVE);
+	hash_seq_init(&scan, stats_hash);
+	while ((entry = hash_seq_search(&scan)) != NULL)
+	{
+		if (entry->key.dboid == MyDatabaseId &&
+			(consumer == NULL || strcmp(entry->key.consumer, consumer) == 0))
+			hash_search(stats_hash, &entry->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(stats_lock);
+	PG_RETURN_VOID();
+}
+
+/*
+ * dedup_counters_status() RETURNS text: whether claims are being counted,
+ * and if not, why.
+ */
+Datum
+dedup_counters_status(PG_FUNCTION_ARGS)
+{
+	if (stats_hash == NULL)
+		PG_RETURN_TEXT_P(cstring_to_text("unavailable: dedup is not in shared_preload_libraries"));
+	if (!dedup_track_claims)
+		PG_RETURN_TEXT_P(cstring_to_text("off: dedup.track_claims is off"));
+	PG_RETURN_TEXT_P(cstring_to_text("on"));
+}
