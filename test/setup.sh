@@ -10,6 +10,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 packages=(
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" postgresql-contrib
 	build-essential libipc-run-perl python3-psycopg2 rsync
+	prometheus-postgres-exporter prometheus
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -23,11 +24,15 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
-	# keep Debian from creating and starting its own default cluster
+	# keep Debian from creating and starting its own default cluster, and
+	# its services from starting: tests start what they need themselves
 	mkdir -p /etc/postgresql-common/createcluster.d
 	echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.d/dedup-tests.conf
+	printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+	chmod +x /usr/sbin/policy-rc.d
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	rm -f /usr/sbin/policy-rc.d
 fi
 
 PG_CONFIG=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
