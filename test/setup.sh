@@ -28,11 +28,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 	# its services from starting: tests start what they need themselves
 	mkdir -p /etc/postgresql-common/createcluster.d
 	echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.d/dedup-tests.conf
-	printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-	chmod +x /usr/sbin/policy-rc.d
+	policy=
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		policy=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\nexit 101\n' > "$policy"
+		chmod +x "$policy"
+	fi
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-	rm -f /usr/sbin/policy-rc.d
+	[ -z "$policy" ] || rm -f "$policy"
 fi
 
 PG_CONFIG=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
