@@ -1,0 +1,124 @@
+#
+# 012_claim_standby.pl: no claim where a claim cannot be recorded.
+#
+# A claim that cannot be written must fail, with SQLSTATE 25006
+# (read_only_sql_transaction), rather than answer true or false:
+#   - on a hot standby, during recovery;
+#   - on the primary, in a read-only transaction.
+# The claims replicated from the primary are visible on the standby, and a
+# failed claim leaves nothing behind.
+#
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->start;
+$primary->safe_psql(
+	'postgres', q{
+CREATE EXTENSION dedup;
+SELECT dedup_claim('c', 'before-backup');
+});
+
+$primary->backup('bkp');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'bkp', has_streaming => 1);
+$standby->start;
+
+$primary->safe_psql('postgres', q{SELECT dedup_claim('c', 'after-backup')});
+$primary->wait_for_catchup($standby);
+
+is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
+	't', 'standby is in recovery');
+is( $standby->safe_psql(
+		'postgres',
+		q{SELECT string_agg(message_id, ',' ORDER BY message_id) FROM processed_messages WHERE consumer_name = 'c'}
+	),
+	'after-backup,before-backup',
+	'claims made on the primary are replicated to the standby');
+
+# psql, with SQLSTATEs in the error messages
+sub claim_fails
+{
+	my ($node, $sql, $name) = @_;
+	my ($ret, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	isnt($ret, 0, "$name: psql reports an error");
+	is($out, '', "$name: no result, neither true nor false");
+	like($err, qr/ERROR:  25006: cannot execute dedup_claim\(\) (?:during recovery|in a read-only transaction)/,
+		"$name: fails with SQLSTATE 25006");
+	return $err;
+}
+
+# --- on the standby ---------------------------------------------------------------
+
+my $err = claim_fails($standby, q{SELECT dedup_claim('c', 'k')},
+	'standby, new key');
+like($err, qr/cannot execute dedup_claim\(\) during recovery/,
+	'standby, new key: the message says why');
+
+# a key the standby already knows about is no exception: a claim on a
+# standby must not be mistaken for a duplicate check
+$err = claim_fails($standby, q{SELECT dedup_claim('c', 'before-backup')},
+	'standby, replicated key');
+like($err, qr/cannot execute dedup_claim\(\) during recovery/,
+	'standby, replicated key: the message says why');
+
+# --- on the primary, read-only transactions ---------------------------------------
+
+$err = claim_fails(
+	$primary, q{SET default_transaction_read_only = on;
+SELECT dedup_claim('c', 'ro-1');},
+	'primary, default_transaction_read_only');
+like($err, qr/cannot execute dedup_claim\(\) in a read-only transaction/,
+	'primary, default_transaction_read_only: the message says why');
+
+$err = claim_fails(
+	$primary, q{BEGIN TRANSACTION READ ONLY;
+SELECT dedup_claim('c', 'ro-2');},
+	'primary, BEGIN READ ONLY');
+
+# a read-only transaction must not answer "duplicate" for a known key either
+$err = claim_fails(
+	$primary, q{BEGIN TRANSACTION READ ONLY;
+SELECT dedup_claim('c', 'after-backup');},
+	'primary, read-only, known key');
+
+is( $primary->safe_psql(
+		'postgres',
+		q{SELECT count(*) FROM processed_messages WHERE message_id IN ('ro-1', 'ro-2', 'k')}
+	),
+	'0',
+	'primary: the refused claims left no row');
+
+# the refused keys are still first deliveries once writing is allowed again,
+# on the primary and, after replay, not on the standby
+is( $primary->safe_psql(
+		'postgres', q{SELECT dedup_claim('c', 'ro-1'), dedup_claim('c', 'k')}),
+	't|t',
+	'primary: refused keys are first deliveries in a read-write transaction');
+$primary->wait_for_catchup($standby);
+is( $standby->safe_psql(
+		'postgres',
+		q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'c'}),
+	'4',
+	'standby: it sees exactly the four claims committed on the primary');
+
+# The standby still refuses after all that, and a promoted standby accepts
+# claims, seeing the primary's claims as duplicates.
+claim_fails($standby, q{SELECT dedup_claim('c', 'k2')}, 'standby, later');
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'standby did not leave recovery';
+is( $standby->safe_psql(
+		'postgres', q{SELECT dedup_claim('c', 'k'), dedup_claim('c', 'k2')}),
+	'f|t',
+	'promoted standby: a replicated claim is a duplicate, a new key is claimed');
+
+$standby->stop;
+$primary->stop;
+done_testing();
