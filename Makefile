@@ -20,7 +20,7 @@ EXTENSION = dedup
 DATA = sql/dedup--1.0.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
-REGRESS = claim claim_errors claim_security retention
+REGRESS = claim claim_errors claim_security retention stats
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions

@@ -179,7 +179,7 @@ LANGUAGE C STABLE PARALLEL SAFE;
 
 CREATE VIEW @extschema@.dedup_sweeper AS
 	SELECT pg_catalog.current_database() AS database,
-		   COALESCE(@extschema@.dedup_default_retention()::pg_catalog.text,
+		   COALESCE(pg_catalog.justify_hours(@extschema@.dedup_default_retention())::pg_catalog.text,
 					'forever') AS default_retention,
 		   s.*
 	  FROM @extschema@.dedup_sweeper_status() s;
@@ -338,7 +338,7 @@ CREATE VIEW @extschema@.dedup_stats AS
 		   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_record_at AS oldest_record_age,
 		   s.latest_record_at,
 		   CASE WHEN s.keep_forever THEN 'forever'
-				ELSE s.retention::pg_catalog.text END AS retention,
+				ELSE pg_catalog.justify_hours(s.retention)::pg_catalog.text END AS retention,
 		   s.expired_backlog,
 		   CASE WHEN c.consumer IS NOT NULL THEN 'on'
 				WHEN @extschema@.dedup_counters_status() OPERATOR(pg_catalog.=) 'on'

@@ -53,6 +53,8 @@ typedef enum DedupDatabaseState
 
 typedef enum DedupSweepOutcome
 {
+	DEDUP_SWEEP_NONE,			/* never swept */
+	DEDUP_SWEEP_RUNNING,		/* started, no outcome yet */
 	DEDUP_SWEEP_FAILED,			/* error, or the sweeper died */
 	DEDUP_SWEEP_DONE,			/* every expired row deleted */
 	DEDUP_SWEEP_PARTIAL,		/* stopped early: time limit or yielded to DDL */

@@ -191,11 +191,6 @@ launcher_sweep_database(LauncherDatabase *db)
 	pid_t		pid;
 	int			shift;
 
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	slot = dedup_database_slot(db->oid, false);
-	slot->last_outcome = DEDUP_SWEEP_FAILED;	/* unless the sweeper says */
-	LWLockRelease(DedupShared->lock);
-
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
 		BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -208,6 +203,10 @@ launcher_sweep_database(LauncherDatabase *db)
 	strcpy(worker.bgw_type, "dedup sweeper");
 	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
 	worker.bgw_notify_pid = MyProcPid;
+
+	LWLockAcquire(DedupShared->lock, LW_SHARED);
+	slot = dedup_database_slot(db->oid, false);
+	LWLockRelease(DedupShared->lock);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
@@ -225,6 +224,10 @@ launcher_sweep_database(LauncherDatabase *db)
 	}
 	warned_no_worker_slot = false;
 
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	slot->last_outcome = DEDUP_SWEEP_RUNNING;	/* until the sweeper says */
+	LWLockRelease(DedupShared->lock);
+
 	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
 	status = WaitForBackgroundWorkerStartup(handle, &pid);
 	if (status == BGWH_STARTED)
@@ -236,6 +239,14 @@ launcher_sweep_database(LauncherDatabase *db)
 
 	now = GetCurrentTimestamp();
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	/* a sweeper that died without a word still leaves a trace */
+	if (slot->last_outcome == DEDUP_SWEEP_RUNNING)
+	{
+		slot->last_outcome = DEDUP_SWEEP_FAILED;
+		strlcpy(slot->last_error, "sweeper exited before finishing",
+				DEDUP_ERROR_LEN);
+		slot->last_error_at = now;
+	}
 	switch (slot->last_outcome)
 	{
 		case DEDUP_SWEEP_NO_EXTENSION:
@@ -254,14 +265,9 @@ launcher_sweep_database(LauncherDatabase *db)
 			slot->next_sweep = TimestampTzPlusMilliseconds(launched,
 														   dedup_sweep_interval * 1000L);
 			break;
+		case DEDUP_SWEEP_NONE:
+		case DEDUP_SWEEP_RUNNING:
 		case DEDUP_SWEEP_FAILED:
-			/* a sweeper that died without a word still leaves a trace */
-			if (slot->last_error_at < launched)
-			{
-				strlcpy(slot->last_error, "sweeper exited before finishing",
-						DEDUP_ERROR_LEN);
-				slot->last_error_at = now;
-			}
 			shift = Min(slot->failures, MAX_BACKOFF_SHIFT);
 			slot->failures++;
 			slot->next_sweep = TimestampTzPlusMilliseconds(now,

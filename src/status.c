@@ -105,6 +105,10 @@ outcome_name(DedupSweepOutcome outcome)
 {
 	switch (outcome)
 	{
+		case DEDUP_SWEEP_NONE:
+			break;
+		case DEDUP_SWEEP_RUNNING:
+			return "running";
 		case DEDUP_SWEEP_FAILED:
 			return "failed";
 		case DEDUP_SWEEP_DONE:
@@ -178,7 +182,7 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 			nulls[3] = true;
 		set_timestamp(values, nulls, 4, slot.last_start);
 		set_timestamp(values, nulls, 5, slot.last_end);
-		if (slot.last_start != 0 && slot.sweeper_pid == 0)
+		if (slot.last_outcome != DEDUP_SWEEP_NONE)
 			values[6] = CStringGetTextDatum(outcome_name(slot.last_outcome));
 		else
 			nulls[6] = true;
@@ -211,10 +215,12 @@ dedup_sweeper_wake(PG_FUNCTION_ARGS)
 
 	if (DedupShared == NULL)
 	{
-		ereport(WARNING,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dedup is not in shared_preload_libraries: processed_messages will not be swept"),
-				 errhint("Add dedup to shared_preload_libraries and restart the server, or call dedup_sweep() yourself.")));
+		/* binary-upgrade mode has no sweeper on purpose */
+		if (!IsBinaryUpgrade)
+			ereport(WARNING,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("dedup is not in shared_preload_libraries: processed_messages will not be swept"),
+					 errhint("Add dedup to shared_preload_libraries and restart the server, or call dedup_sweep() yourself.")));
 		PG_RETURN_BOOL(false);
 	}
 

@@ -53,13 +53,22 @@ sweeper_detach(int code, Datum arg)
 	LWLockRelease(DedupShared->lock);
 }
 
+/* progress, batch by batch */
 static void
-sweeper_record(DedupSweepOutcome outcome, uint64 rows, const char *error)
+sweeper_count_rows(uint64 rows)
+{
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	my_slot->last_rows += rows;
+	my_slot->total_rows += rows;
+	LWLockRelease(DedupShared->lock);
+}
+
+/* the outcome, for the launcher's schedule and the dedup_sweeper view */
+static void
+sweeper_finish(DedupSweepOutcome outcome, const char *error)
 {
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
 	my_slot->last_outcome = outcome;
-	my_slot->last_rows += rows;
-	my_slot->total_rows += rows;
 	if (error != NULL)
 	{
 		strlcpy(my_slot->last_error, error, DEDUP_ERROR_LEN);
@@ -108,13 +117,17 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 		return InvalidOid;
 	messages = get_relname_relid("processed_messages", schema);
 	retention = get_relname_relid("dedup_retention", schema);
-	if (!OidIsValid(messages) || !OidIsValid(retention) ||
-		!ConditionalLockRelationOid(messages, messages_lock) ||
+	if (!OidIsValid(messages) || !OidIsValid(retention))
+		return InvalidOid;
+	if (!ConditionalLockRelationOid(messages, messages_lock) ||
 		!ConditionalLockRelationOid(retention, AccessShareLock))
 	{
 		*busy = true;
 		return InvalidOid;
 	}
+	/* DROP EXTENSION may have committed before we got the locks */
+	if (get_relname_relid("processed_messages", schema) != messages)
+		return InvalidOid;
 
 	if (dedup_sweep_role[0] != '\0')
 		role = get_role_oid(dedup_sweep_role, false);
@@ -198,7 +211,7 @@ sweeper_sweep(TimestampTz start)
 			deleted = dedup_sweep_batch(schema, target, dedup_sweep_batch_size);
 			SetUserIdAndSecContext(saved_user, saved_sec_context);
 			sweeper_end();
-			sweeper_record(DEDUP_SWEEP_PARTIAL, deleted, NULL);
+			sweeper_count_rows(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
 	return DEDUP_SWEEP_DONE;
@@ -244,7 +257,7 @@ dedup_sweeper_main(Datum main_arg)
 
 	PG_TRY();
 	{
-		sweeper_record(sweeper_sweep(start), 0, NULL);
+		sweeper_finish(sweeper_sweep(start), NULL);
 	}
 	PG_CATCH();
 	{
@@ -257,7 +270,7 @@ dedup_sweeper_main(Datum main_arg)
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		sweeper_record(DEDUP_SWEEP_FAILED, 0, edata->message);
+		sweeper_finish(DEDUP_SWEEP_FAILED, edata->message);
 		RESUME_INTERRUPTS();
 	}
 	PG_END_TRY();
