@@ -23,7 +23,7 @@ PGFILEDESC = "dedup - transactional message deduplication"
 REGRESS = claim claim_errors claim_security retention stats
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
-	claim-savepoint claim-three-sessions
+	claim-savepoint claim-three-sessions claim-counters
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1
