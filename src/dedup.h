@@ -114,6 +114,10 @@ typedef struct DedupSweepTarget
 	TimestampTz cutoff;			/* rows older than this are expired */
 } DedupSweepTarget;
 
+/* second key of the advisory lock that keeps sweeps apart ("dedu") */
+#define DEDUP_SWEEP_LOCK_KEY 0x64656475
+
+extern bool dedup_sweep_lock(Oid messages, bool wait);
 extern List *dedup_sweep_targets(Oid schema, const char *only_consumer);
 extern uint64 dedup_sweep_batch(Oid schema, DedupSweepTarget *target,
 								int batch_size);

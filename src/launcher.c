@@ -326,8 +326,9 @@ launcher_next_wakeup(void)
 }
 
 /*
- * After a reload, a shorter dedup.sweep_interval applies to sweeps already
- * scheduled.
+ * After a reload: a shorter dedup.sweep_interval applies to sweeps already
+ * scheduled, and a failing database is retried without back-off (the
+ * reload may be its fix).
  */
 static void
 launcher_reschedule(void)
@@ -337,10 +338,12 @@ launcher_reschedule(void)
 	{
 		DedupDatabaseSlot *slot = &DedupShared->slots[i];
 
-		if (slot->dboid != InvalidOid && slot->failures == 0)
-			slot->next_sweep = Min(slot->next_sweep,
-								   TimestampTzPlusMilliseconds(slot->last_start,
-															   dedup_sweep_interval * 1000L));
+		if (slot->dboid == InvalidOid)
+			continue;
+		slot->failures = 0;
+		slot->next_sweep = Min(slot->next_sweep,
+							   TimestampTzPlusMilliseconds(slot->last_start,
+														   dedup_sweep_interval * 1000L));
 	}
 	LWLockRelease(DedupShared->lock);
 }

@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -201,16 +202,55 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 }
 
 /*
+ * At commit of a transaction that called dedup_sweeper_wake(), tell the
+ * launcher.  Not before: a sweeper started earlier would not see a
+ * CREATE EXTENSION still in progress, and would leave the database alone.
+ */
+static bool wake_at_commit = false;
+
+static void
+wake_at_commit_callback(XactEvent event, void *arg)
+{
+	DedupDatabaseSlot *slot;
+
+	if (!wake_at_commit)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+			slot = dedup_database_slot(MyDatabaseId, true);
+			if (slot != NULL)
+			{
+				if (slot->state == DEDUP_DB_ABSENT)
+					slot->state = DEDUP_DB_UNKNOWN;
+				slot->next_sweep = 0;
+			}
+			dedup_wake_launcher();
+			LWLockRelease(DedupShared->lock);
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
  * dedup_sweeper_wake() RETURNS boolean
  *
- * Ask the sweeper to sweep the current database now (and to notice a newly
- * created extension).  Returns false, with a warning, when no sweeper can
- * run because dedup is not preloaded.
+ * Ask the sweeper to sweep the current database as soon as this transaction
+ * commits (and to notice a newly created extension).  Returns whether a
+ * sweeper runs; false, with a warning, when none can because dedup is not
+ * preloaded.
  */
 Datum
 dedup_sweeper_wake(PG_FUNCTION_ARGS)
 {
-	DedupDatabaseSlot *slot;
+	static bool callback_registered = false;
 	bool		running;
 
 	if (DedupShared == NULL)
@@ -224,15 +264,14 @@ dedup_sweeper_wake(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	}
 
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	slot = dedup_database_slot(MyDatabaseId, true);
-	if (slot != NULL)
+	if (!callback_registered)
 	{
-		if (slot->state == DEDUP_DB_ABSENT)
-			slot->state = DEDUP_DB_UNKNOWN;
-		slot->next_sweep = 0;
+		RegisterXactCallback(wake_at_commit_callback, NULL);
+		callback_registered = true;
 	}
-	dedup_wake_launcher();
+	wake_at_commit = true;
+
+	LWLockAcquire(DedupShared->lock, LW_SHARED);
 	running = (DedupShared->launcher_pid != 0);
 	LWLockRelease(DedupShared->lock);
 

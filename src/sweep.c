@@ -24,6 +24,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -154,10 +155,28 @@ dedup_sweep_targets(Oid schema, const char *only_consumer)
 }
 
 /*
+ * Take the lock that keeps two sweeps of this database apart, for the rest
+ * of the transaction: an advisory lock keyed on processed_messages (OID
+ * messages).  With
+ * !wait, return false at once if another sweep holds it.
+ *
+ * Sweeps need not lock the rows they delete (which would take UPDATE
+ * privilege): no other sweep deletes at the same time, and claims never
+ * lock existing rows.
+ */
+bool
+dedup_sweep_lock(Oid messages, bool wait)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, messages, DEDUP_SWEEP_LOCK_KEY, 2);
+	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
  * Delete at most batch_size expired rows of one consumer, oldest first, and
  * return how many were deleted.  The rows are found through the
- * (consumer_name, processed_at) index; rows another transaction has locked
- * (a concurrent sweep) are skipped rather than waited for.
+ * (consumer_name, processed_at) index.  The caller holds dedup_sweep_lock.
  */
 uint64
 dedup_sweep_batch(Oid schema, DedupSweepTarget *target, int batch_size)
@@ -176,8 +195,7 @@ dedup_sweep_batch(Oid schema, DedupSweepTarget *target, int batch_size)
 					 "    WHERE m.consumer_name OPERATOR(pg_catalog.=) $1"
 					 "      AND m.processed_at OPERATOR(pg_catalog.<) $2"
 					 "    ORDER BY m.processed_at"
-					 "    LIMIT $3"
-					 "    FOR UPDATE SKIP LOCKED))",
+					 "    LIMIT $3))",
 					 messages, messages);
 	values[0] = CStringGetTextDatum(target->consumer);
 	values[1] = TimestampTzGetDatum(target->cutoff);
@@ -213,6 +231,8 @@ dedup_sweep(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("dedup_sweep()");
 
 	schema = dedup_extension_schema(false);
+	(void) dedup_sweep_lock(get_relname_relid("processed_messages", schema),
+							true);
 	targets = dedup_sweep_targets(schema, only_consumer);
 	foreach(lc, targets)
 	{

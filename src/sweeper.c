@@ -95,10 +95,10 @@ sweeper_database_wanted(void)
 }
 
 /*
- * Start a sweep transaction: lock the tables without waiting, in a fixed
- * order, and switch to the sweep role.  Returns the extension's schema, or
- * InvalidOid (with *busy false) when dedup is not installed, or InvalidOid
- * (with *busy true) when a table lock is not free right now.
+ * Start a sweep transaction: take the table locks and the sweep lock
+ * without waiting, in a fixed order, and switch to the sweep role.  Returns
+ * the extension's schema, or InvalidOid (with *busy false) when dedup is not
+ * installed, or InvalidOid (with *busy true) when a lock is not free now.
  */
 static Oid
 sweeper_begin(LOCKMODE messages_lock, bool *busy)
@@ -120,7 +120,8 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 	if (!OidIsValid(messages) || !OidIsValid(retention))
 		return InvalidOid;
 	if (!ConditionalLockRelationOid(messages, messages_lock) ||
-		!ConditionalLockRelationOid(retention, AccessShareLock))
+		!ConditionalLockRelationOid(retention, AccessShareLock) ||
+		!dedup_sweep_lock(messages, false))
 	{
 		*busy = true;
 		return InvalidOid;

@@ -41,15 +41,6 @@
 # The postmaster logs every background worker start at DEBUG1, so the log
 # tells which databases got a sweeper and when.
 #
-# Known bugs, each pinned by a TODO assertion that fails today:
-#  - a sweep_role with SELECT and DELETE (all a delete needs) fails with
-#    "permission denied": the batch locks rows with SELECT ... FOR UPDATE,
-#    which needs UPDATE privilege too;
-#  - CREATE EXTENSION inside a transaction that stays open a moment: its
-#    dedup_sweeper_wake() runs before the commit, the probe finds no
-#    extension, and the database is marked absent and never swept again
-#    (until a wake-up or a restart).
-#
 use strict;
 use warnings;
 
@@ -512,19 +503,11 @@ my ($role_outcome, $role_error) = split /\|/,
   sql('db1', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper');
 note("sweep as a role with SELECT and DELETE: outcome $role_outcome, error: "
 	  . ($role_error // ''));
-TODO:
-{
-	local $TODO =
-	  'bug: the batch DELETE locks its rows with SELECT ... FOR UPDATE, which needs UPDATE privilege; SELECT + DELETE is not enough';
-	is($role_outcome, 'done', 'sweep_role with SELECT, DELETE: the sweep succeeds');
-	is(count_of('db1', 'batch-role'), '2',
-		'sweep_role with SELECT, DELETE: expired claims deleted');
-}
+is($role_outcome, 'done', 'sweep_role with SELECT, DELETE: the sweep succeeds');
+is(count_of('db1', 'batch-role'), '2',
+	'sweep_role with SELECT, DELETE: expired claims deleted');
 
-# With UPDATE as well, the sweep runs, and runs as that role.
-sql($_, 'GRANT UPDATE ON processed_messages TO sweeper') for qw(db1 db2);
-sweep_now('db1', 'as role sweeper with UPDATE too');
-is(count_of('db1', 'batch-role'), '2', 'sweep_role = sweeper: expired claims deleted');
+# The sweep runs as that role.
 is(sql('db1', q{SELECT string_agg(DISTINCT who::text, ','), sum(n) FROM sweep_batches}),
 	'sweeper|8', 'the deletes ran as role sweeper');
 is(sql('db1', 'SELECT last_sweep_outcome FROM dedup_sweeper'), 'done', 'view: done');
@@ -796,21 +779,12 @@ note('sweepers started in db2 while CREATE EXTENSION was not committed yet: '
 # give the launcher three passes over the databases
 $offset = -s $node->logfile;
 ok(wait_log_count($offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the COMMIT');
-my $swept = count_of('db2', 'tx') eq '2';
-TODO:
-{
-	local $TODO =
-	  'bug: CREATE EXTENSION wakes the sweeper before it commits; the probe finds no extension and the database is left alone for good';
-	ok($swept, 'CREATE EXTENSION inside a longer transaction: db2 is swept again');
-	is(sql('db2', 'SELECT database_state FROM dedup_sweeper'), 'active',
-		'... and tracked as active');
-}
-note('db2 after CREATE EXTENSION in a transaction: '
-	  . sql('db2', 'SELECT database_state, last_sweep_outcome FROM dedup_sweeper'));
-# the documented way out: wake it up
-sql('db2', 'SELECT dedup_sweeper_wake()');
-ok($node->poll_query_until('db2', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'tx'", '2'),
-	'dedup_sweeper_wake() gets db2 swept');
+is(count_of('db2', 'tx'), '2',
+	'CREATE EXTENSION inside a longer transaction: db2 is swept once it commits');
+is(sql('db2', 'SELECT database_state FROM dedup_sweeper'), 'active',
+	'... and tracked as active');
+is(occurrences(log_from($before_create), sweeper_start_re('db2')) >= 1, 1,
+	'... by a sweeper the commit woke');
 
 $node->stop;
 done_testing();
