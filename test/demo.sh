@@ -34,4 +34,24 @@ UPDATE loyalty SET points = points + 120
 
 SELECT * FROM loyalty;
 SELECT * FROM processed_messages;
+
+-- what dedup counted
+SELECT consumer, claims, duplicates, lock_waits, retention FROM dedup_stats;
+
+-- retention: with a one-hour window, records more than an hour older than
+-- the consumer's latest claim are swept by the background worker
+SELECT dedup_set_retention('loyalty-service', '1 hour');
+INSERT INTO processed_messages
+SELECT 'loyalty-service', 'evt-old-' || g, now() - interval '2 hours' - g * interval '1 minute'
+  FROM generate_series(1, 5) g;
+SELECT dedup_sweeper_wake() AS sweeper_woken;
+DO $$
+BEGIN
+	FOR i IN 1 .. 100 LOOP
+		EXIT WHEN (SELECT total_rows_deleted >= 5 FROM dedup_sweeper);
+		PERFORM pg_sleep(0.1);
+	END LOOP;
+END $$;
+SELECT database_state, last_sweep_outcome, total_rows_deleted FROM dedup_sweeper;
+SELECT message_id FROM processed_messages;
 SQL
