@@ -1,0 +1,420 @@
+#
+# 030_prometheus.pl: dedup through prometheus-postgres-exporter.
+#
+#   1. The exporter, connected as a role that is only a member of
+#      pg_monitor (no privilege on any dedup table), runs every query of
+#      test/prometheus/dedup_queries.yaml without an error and exports the
+#      exact claim counters, records, backlog and sizes of known claims;
+#      a consumer whose claims are not counted gets no counters (no NaN).
+#   2. No message id appears anywhere in what the exporter serves.
+#   3. The metrics follow the server: a new duplicate, a sweep that deletes
+#      the backlog (total_rows_deleted, seconds_since_last_sweep) and a
+#      sweep that fails (last_sweep_failed).
+#   4. Every metric the alerting rules use is one the exporter serves.
+#   5. With --auto-discover-databases, a database without dedup costs a
+#      scrape error but not the metrics of the database that has it, as
+#      the queries file says.
+#   6. promtool check rules / test rules on dedup_alerts.yml (skipped only
+#      when promtool is not installed).
+#
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use HTTP::Tiny;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $exporter_bin = $ENV{POSTGRES_EXPORTER} // '/usr/bin/prometheus-postgres-exporter';
+my $promtool = $ENV{PROMTOOL} // '/usr/bin/promtool';
+my $queries = abs_path('test/prometheus/dedup_queries.yaml');
+my $alerts = 'test/prometheus/dedup_alerts.yml';
+my $alerts_test = 'test/prometheus/dedup_alerts_test.yml';
+
+die "$exporter_bin is not installed (test/setup.sh installs prometheus-postgres-exporter)\n"
+  unless -x $exporter_bin;
+die "test/prometheus/dedup_queries.yaml not found: run me from the source directory\n"
+  unless defined $queries && -r $queries;
+
+my @exporters;    # harnesses, killed at the end whatever happens
+
+END
+{
+	for my $h (@exporters)
+	{
+		eval { $h->kill_kill if $h->pumpable };
+	}
+}
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+# Start the exporter with DSN and extra flags on a free port; returns
+# (harness, port, log file).
+sub start_exporter
+{
+	my ($name, $dsn, @flags) = @_;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/exporter_$name.log";
+	local $ENV{DATA_SOURCE_NAME} = $dsn;
+	my $h = IPC::Run::start(
+		[
+			$exporter_bin, '--disable-default-metrics',
+			'--disable-settings-metrics', "--extend.query-path=$queries",
+			"--web.listen-address=127.0.0.1:$port", @flags
+		],
+		'<', \undef, '>', $log, '2>&1');
+	push @exporters, $h;
+	return ($h, $port, $log);
+}
+
+# GET /metrics until the exporter answers with the dedup metrics; returns
+# the body, or dies with the exporter's log.
+sub scrape
+{
+	my ($port, $log) = @_;
+	my $http = HTTP::Tiny->new(timeout => 10);
+	my $deadline = time + 30;
+	my $last = '';
+	while (time < $deadline)
+	{
+		my $res = $http->get("http://127.0.0.1:$port/metrics");
+		return $res->{content}
+		  if $res->{success} && $res->{content} =~ /^dedup_storage_/m;
+		$last = "$res->{status} $res->{reason}";
+		usleep(200_000);
+	}
+	die "no dedup metrics from the exporter on port $port (last answer: $last); its log:\n"
+	  . (-e $log ? slurp_file($log) : '(none)');
+}
+
+# the samples of an exposition: [name, {labels}, value as text]
+sub parse_metrics
+{
+	my ($text) = @_;
+	my @samples;
+	for my $line (split /\n/, $text)
+	{
+		next if $line =~ /^#/ || $line !~ /\S/;
+		$line =~ /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$/
+		  or die "unparsable exposition line: $line";
+		my ($name, $labels, $value) = ($1, $2 // '', $3);
+		my %labels;
+		while ($labels =~ /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?/g)
+		{
+			$labels{$1} = $2;
+		}
+		push @samples, [ $name, \%labels, $value ];
+	}
+	return \@samples;
+}
+
+# The value (text) of the one sample of $name whose labels include %want;
+# undef if there is none, dies if there are several.
+sub value_of
+{
+	my ($samples, $name, %want) = @_;
+	my @hits = grep {
+		my $s = $_;
+		$s->[0] eq $name
+		  && !grep { ($s->[1]{$_} // "\0") ne $want{$_} } keys %want
+	} @$samples;
+	die "several samples of $name with "
+	  . join(',', map { "$_=$want{$_}" } sort keys %want)
+	  if @hits > 1;
+	return @hits ? $hits[0][2] : undef;
+}
+
+# the metric must be there, with exactly this value (compared as numbers,
+# or as text for NaN and +Inf)
+sub metric_is
+{
+	my ($samples, $name, $labels, $expected, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $got = value_of($samples, $name, %$labels);
+	my $id = "$name\{" . join(',', map { "$_=\"$labels->{$_}\"" } sort keys %$labels) . '}';
+	if (!defined $got)
+	{
+		fail("$what: $id is exported");
+		return;
+	}
+	if ($expected =~ /^(?:NaN|[+-]Inf)$/)
+	{
+		is($got, $expected, "$what: $id = $expected");
+	}
+	else
+	{
+		cmp_ok($got, '==', $expected, "$what: $id = $expected");
+	}
+	return;
+}
+
+# the metric must be there, and $low <= value <= $high
+sub metric_between
+{
+	my ($samples, $name, $labels, $low, $high, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $got = value_of($samples, $name, %$labels);
+	my $id = "$name\{" . join(',', map { "$_=\"$labels->{$_}\"" } sort keys %$labels) . '}';
+	ok( defined $got
+		  && $got =~ /^[-+]?[0-9.]+(?:e[-+]?\d+)?$/i
+		  && $got >= $low
+		  && $got <= $high,
+		"$what: $low <= $id <= $high")
+	  or diag("got " . ($got // 'nothing'));
+	return;
+}
+
+# The outcome of the next sweep of database postgres that starts after
+# $since (a timestamptz of the server), once it has ended.
+sub next_sweep_outcome
+{
+	my ($node, $since) = @_;
+	$node->poll_query_until('postgres',
+		qq{SELECT last_sweep_start >= '$since' AND last_sweep_end >= last_sweep_start
+		     AND last_sweep_outcome <> 'running' AND sweeper_pid IS NULL
+		     FROM dedup_sweeper})
+	  or die "no sweep since $since ended";
+	return $node->safe_psql('postgres',
+		'SELECT last_sweep_outcome FROM dedup_sweeper');
+}
+
+# ---------------------------------------------------------------------------
+# a server with known claims
+# ---------------------------------------------------------------------------
+
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init;
+# The sweeper runs but does not sweep yet, so that the backlog stays put;
+# later each sweep is one the test asks for (the next one is an hour away),
+# so that no scrape finds one running.
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'dedup'
+dedup.sweep_enabled = off
+dedup.sweep_interval = '1h'
+});
+$node->start;
+
+my $t0 = time;
+$node->safe_psql(
+	'postgres', q{
+CREATE EXTENSION dedup;
+CREATE ROLE exporter LOGIN;
+GRANT pg_monitor TO exporter;
+});
+
+# orders: 3 first deliveries and 2 duplicates; billing: 1; archive: rows
+# written without dedup_claim (not counted), 4 of them past the default
+# window of 7 days counted back from its latest row
+$node->safe_psql(
+	'postgres', q{
+SELECT dedup_claim('orders', 'secret-evt-1');
+SELECT dedup_claim('orders', 'secret-evt-2');
+SELECT dedup_claim('orders', 'secret-evt-3');
+SELECT dedup_claim('orders', 'secret-evt-1');
+SELECT dedup_claim('orders', 'secret-evt-2');
+SELECT dedup_claim('billing', 'secret-bill-1');
+INSERT INTO processed_messages (consumer_name, message_id, processed_at)
+SELECT 'archive', 'secret-old-' || g, now() - interval '10 days' - g * interval '1 minute'
+  FROM generate_series(1, 4) g;
+INSERT INTO processed_messages (consumer_name, message_id, processed_at)
+VALUES ('archive', 'secret-new-1', now());
+SELECT dedup_keep_forever('billing');
+ANALYZE processed_messages;
+});
+
+# what the exporter's role may do: read the views, not the table
+my ($ret, $out, $err) = $node->psql(
+	'postgres', 'SELECT count(*) FROM processed_messages',
+	extra_params => [ '-U', 'exporter' ]);
+like($err, qr/permission denied for table processed_messages/,
+	'the exporter role cannot read processed_messages itself');
+
+# ---------------------------------------------------------------------------
+# 1, 2: the first scrape
+# ---------------------------------------------------------------------------
+
+my $dsn = sprintf('host=%s port=%d user=exporter dbname=postgres sslmode=disable',
+	$node->host, $node->port);
+my ($exporter, $port, $log) = start_exporter('main', $dsn);
+my $body = scrape($port, $log);
+my $m = parse_metrics($body);
+my %orders = (datname => 'postgres', consumer => 'orders');
+my %billing = (datname => 'postgres', consumer => 'billing');
+my %archive = (datname => 'postgres', consumer => 'archive');
+my %db = (datname => 'postgres');
+
+metric_is($m, 'pg_up', {}, 1, 'exporter connected');
+metric_is($m, 'pg_exporter_last_scrape_error', {}, 0,
+	'every query runs with pg_monitor alone');
+
+metric_is($m, 'dedup_consumer_claims', \%orders, 3, 'counters');
+metric_is($m, 'dedup_consumer_duplicates', \%orders, 2, 'counters');
+metric_is($m, 'dedup_consumer_claims', \%billing, 1, 'counters');
+metric_is($m, 'dedup_consumer_duplicates', \%billing, 0, 'counters');
+metric_is($m, 'dedup_consumer_lock_waits', \%orders, 0, 'counters');
+metric_is($m, 'dedup_consumer_serialization_failures', \%orders, 0, 'counters');
+is(value_of($m, 'dedup_consumer_claims', %archive), undef,
+	'counters: none for a consumer whose claims are not counted');
+metric_between($m, 'dedup_consumer_counters_since_timestamp_seconds',
+	\%orders, int($t0) - 1, time + 1, 'counters');
+metric_between($m, 'dedup_consumer_seconds_since_last_duplicate',
+	\%orders, 0, time - $t0 + 1, 'counters');
+metric_is($m, 'dedup_consumer_seconds_since_last_duplicate', \%billing, 'NaN',
+	'counters: never a duplicate');
+
+metric_is($m, 'dedup_consumer_records_estimate', \%orders, 3, 'records');
+metric_is($m, 'dedup_consumer_records_estimate', \%billing, 1, 'records');
+metric_is($m, 'dedup_consumer_records_estimate', \%archive, 5, 'records');
+metric_is($m, 'dedup_consumer_records_expired_backlog', \%archive, 4, 'records');
+metric_is($m, 'dedup_consumer_records_expired_backlog', \%orders, 0, 'records');
+metric_is($m, 'dedup_consumer_records_retention_seconds', \%orders, 7 * 86400,
+	'records: dedup.retention');
+metric_is($m, 'dedup_consumer_records_retention_seconds', \%billing, '+Inf',
+	'records: kept forever');
+metric_between($m, 'dedup_consumer_records_oldest_age_seconds', \%archive,
+	10 * 86400 + 4 * 60, 10 * 86400 + 4 * 60 + time - $t0 + 1, 'records');
+metric_between($m, 'dedup_consumer_records_latest_age_seconds', \%archive,
+	0, time - $t0 + 1, 'records');
+
+metric_is($m, 'dedup_storage_rows_estimate', \%db, 9, 'storage');
+metric_is($m, 'dedup_storage_consumers', \%db, 3, 'storage');
+metric_is($m, 'dedup_storage_expired_backlog', \%db, 4, 'storage');
+metric_between($m, 'dedup_storage_table_bytes', \%db, 1, 1e9, 'storage');
+metric_between($m, 'dedup_storage_index_bytes', \%db, 1, 1e9, 'storage');
+cmp_ok(
+	value_of($m, 'dedup_storage_total_bytes', %db) // 0, '>=',
+	(value_of($m, 'dedup_storage_table_bytes', %db) // 1) +
+	  (value_of($m, 'dedup_storage_index_bytes', %db) // 1),
+	'storage: total_bytes >= table_bytes + index_bytes');
+metric_is($m, 'dedup_storage_sweeper_running', \%db, 1, 'storage');
+metric_is($m, 'dedup_storage_sweep_enabled', \%db, 0, 'storage');
+metric_is($m, 'dedup_storage_in_recovery', \%db, 0, 'storage');
+metric_is($m, 'dedup_storage_last_sweep_failed', \%db, 0, 'storage: never swept');
+metric_is($m, 'dedup_storage_seconds_since_last_sweep', \%db, 'NaN',
+	'storage: never swept');
+metric_is($m, 'dedup_storage_total_rows_deleted', \%db, 0, 'storage');
+
+my @types = $body =~ /^# TYPE (dedup_\S+) (\S+)$/mg;
+my %type = @types;
+is($type{dedup_consumer_claims}, 'counter', 'claims is a counter');
+is($type{dedup_storage_total_rows_deleted}, 'counter', 'total_rows_deleted is a counter');
+is($type{dedup_storage_expired_backlog}, 'gauge', 'expired_backlog is a gauge');
+
+unlike($body, qr/secret/, 'no message id in the scrape');
+
+# ---------------------------------------------------------------------------
+# 4: the alerting rules use only metrics the exporter serves
+# ---------------------------------------------------------------------------
+
+my %served = map { $_->[0] => 1 } @$m;
+my %used = map { $_ => 1 } slurp_file($alerts) =~ /\b(dedup_[a-z_]+)(?=[\[\s{)]|$)/mg;
+delete $used{$_} for grep { !/^dedup_(?:consumer|storage)_/ } keys %used;
+ok(scalar(keys %used) >= 5, 'the alerting rules use dedup metrics')
+  or diag(join ' ', sort keys %used);
+for my $name (sort keys %used)
+{
+	ok($served{$name}, "the alerting rules' $name is served");
+}
+
+# ---------------------------------------------------------------------------
+# 3: the metrics follow the server
+# ---------------------------------------------------------------------------
+
+# a duplicate, and a sweep that deletes the 4 expired rows: CREATE
+# EXTENSION asked for one, which the launcher starts once it sees
+# dedup.sweep_enabled = on
+my $since = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
+$node->safe_psql(
+	'postgres', q{
+SELECT dedup_claim('orders', 'secret-evt-3');
+ALTER SYSTEM SET dedup.sweep_enabled = on;
+SELECT pg_reload_conf();
+});
+is(next_sweep_outcome($node, $since), 'done', 'a sweep deletes the backlog');
+
+$body = scrape($port, $log);
+$m = parse_metrics($body);
+metric_is($m, 'dedup_consumer_duplicates', \%orders, 3, 'after a duplicate');
+metric_is($m, 'dedup_consumer_claims', \%orders, 3, 'after a duplicate');
+metric_is($m, 'dedup_storage_expired_backlog', \%db, 0, 'after a sweep');
+metric_is($m, 'dedup_consumer_records_expired_backlog', \%archive, 0, 'after a sweep');
+metric_is($m, 'dedup_storage_total_rows_deleted', \%db, 4, 'after a sweep');
+metric_is($m, 'dedup_storage_sweep_enabled', \%db, 1, 'after a sweep');
+metric_is($m, 'dedup_storage_last_sweep_failed', \%db, 0, 'after a sweep');
+metric_between($m, 'dedup_storage_seconds_since_last_sweep', \%db, 0,
+	time - $t0 + 1, 'after a sweep');
+
+# a sweep that fails: its role does not exist (until the launcher has
+# reloaded its configuration, a sweep asked for may still succeed: ask again)
+$node->safe_psql(
+	'postgres', q{
+ALTER SYSTEM SET dedup.sweep_role = 'no_such_role';
+SELECT pg_reload_conf();
+});
+my $outcome;
+for my $try (1 .. 20)
+{
+	$since = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
+	$node->safe_psql('postgres', 'SELECT dedup_sweeper_wake()');
+	$outcome = next_sweep_outcome($node, $since);
+	last if $outcome eq 'failed';
+}
+is($outcome, 'failed', 'a sweep as a role that does not exist fails');
+
+$body = scrape($port, $log);
+$m = parse_metrics($body);
+metric_is($m, 'dedup_storage_last_sweep_failed', \%db, 1, 'after a failed sweep');
+metric_is($m, 'dedup_storage_sweeper_running', \%db, 1, 'after a failed sweep');
+metric_is($m, 'pg_exporter_last_scrape_error', {}, 0, 'after a failed sweep');
+unlike($body, qr/secret/, 'no message id in the scrape, after sweeps');
+
+$exporter->kill_kill;
+ok(!$exporter->pumpable, 'exporter stopped');
+
+# ---------------------------------------------------------------------------
+# 5: --auto-discover-databases with a database without dedup
+# ---------------------------------------------------------------------------
+
+$node->safe_psql('postgres', 'CREATE DATABASE without_dedup');
+my ($discover, $dport, $dlog) =
+  start_exporter('discover', $dsn, '--auto-discover-databases');
+$body = scrape($dport, $dlog);
+$m = parse_metrics($body);
+metric_is($m, 'dedup_consumer_claims', \%orders, 3,
+	'auto-discovery: the database with dedup is exported');
+is(value_of($m, 'dedup_storage_total_bytes', datname => 'without_dedup'),
+	undef, 'auto-discovery: nothing for the database without dedup');
+metric_is($m, 'pg_exporter_last_scrape_error', {}, 1,
+	'auto-discovery: the database without dedup is a scrape error');
+$discover->kill_kill;
+like(
+	slurp_file($dlog),
+	qr/Error running query on database \\"[^"]*\\": dedup_consumer pq: relation \\"dedup_stats\\" does not exist/,
+	'auto-discovery: the exporter logs the error the queries file quotes');
+
+# ---------------------------------------------------------------------------
+# 6: promtool
+# ---------------------------------------------------------------------------
+
+SKIP:
+{
+	skip "promtool is not installed at $promtool (test/setup.sh installs it with the prometheus package)", 2
+	  unless -x $promtool;
+	my ($stdout, $stderr) = ('', '');
+	ok(IPC::Run::run([ $promtool, 'check', 'rules', $alerts ], '>', \$stdout, '2>', \$stderr),
+		'promtool check rules dedup_alerts.yml')
+	  or diag("$stdout$stderr");
+	($stdout, $stderr) = ('', '');
+	ok(IPC::Run::run([ $promtool, 'test', 'rules', $alerts_test ], '>', \$stdout, '2>', \$stderr),
+		'promtool test rules dedup_alerts_test.yml')
+	  or diag("$stdout$stderr");
+}
+
+$node->stop;
+done_testing();
