@@ -186,6 +186,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	BackgroundWorkerHandle *handle;
 	BgwHandleStatus status;
 	DedupDatabaseSlot *slot;
+	DedupSweepOutcome previous_outcome;
 	TimestampTz launched = GetCurrentTimestamp();
 	TimestampTz now;
 	pid_t		pid;
@@ -204,8 +205,11 @@ launcher_sweep_database(LauncherDatabase *db)
 	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
 	worker.bgw_notify_pid = MyProcPid;
 
-	LWLockAcquire(DedupShared->lock, LW_SHARED);
+	/* before the sweeper can possibly start, let alone report */
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
 	slot = dedup_database_slot(db->oid, false);
+	previous_outcome = slot->last_outcome;
+	slot->last_outcome = DEDUP_SWEEP_RUNNING;	/* until the sweeper says */
 	LWLockRelease(DedupShared->lock);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
@@ -217,16 +221,13 @@ launcher_sweep_database(LauncherDatabase *db)
 					 errhint("Raise max_worker_processes; sweeps resume when a slot is free.")));
 		warned_no_worker_slot = true;
 		LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+		slot->last_outcome = previous_outcome;
 		slot->next_sweep = TimestampTzPlusMilliseconds(launched,
 													   dedup_sweep_interval * 1000L);
 		LWLockRelease(DedupShared->lock);
 		return;
 	}
 	warned_no_worker_slot = false;
-
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	slot->last_outcome = DEDUP_SWEEP_RUNNING;	/* until the sweeper says */
-	LWLockRelease(DedupShared->lock);
 
 	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
 	status = WaitForBackgroundWorkerStartup(handle, &pid);
