@@ -10,7 +10,7 @@ PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 # as_pg CMD...: run CMD as the cluster's owner, with the cluster's environment
 as_pg() {
 	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u postgres -- env PATH="$PG_BIN:$PATH" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" "$@"
+		runuser -u postgres -- env PATH="$PG_BIN:$PATH" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" PGOPTIONS="${PGOPTIONS:-}" "$@"
 	else
 		env PATH="$PG_BIN:$PATH" "$@"
 	fi

@@ -7,7 +7,8 @@
 # the claim alternately (ROUNDS times each, SECONDS_PER_RUN each run, 2
 # clients, prepared statements: the baseline is not re-planned at every
 # call, as dedup_claim's saved plan is not) so that both see the same noise, and reports the median
-# TPS of each and their ratio.  Absolute numbers on a shared machine mean
+# TPS of each and their ratio, and the cost of the claim counters (the same
+# claims with dedup.track_claims off and on).  Absolute numbers on a shared machine mean
 # little; the ratio is the figure to compare.  Then measures the sweep rate
 # of the retention worker while claims are being inserted, in the same run.
 set -euo pipefail
@@ -42,6 +43,16 @@ for workload in insert duplicate work; do
 	c=$(printf '%s\n' "${claim[@]}" | median)
 	printf '%-12s %12s %12s %8.2f\n' "$workload" "$p" "$c" "$(calc "$c / $p")"
 done
+
+# what the claim counters cost: the same claims, counted and not counted
+off=() on=()
+for _ in $(seq "$rounds"); do
+	off+=("$(PGOPTIONS='-c dedup.track_claims=off' tps claim_insert.sql)")
+	on+=("$(tps claim_insert.sql)")
+done
+o=$(printf '%s\n' "${off[@]}" | median)
+n=$(printf '%s\n' "${on[@]}" | median)
+printf '%-12s %12s %12s %8.2f   (counters off / on)\n' counters "$o" "$n" "$(calc "$n / $o")"
 
 # sweep rate: the worker deletes expired rows while claims keep coming
 rows=${SWEEP_ROWS:-500000}
