@@ -7,9 +7,9 @@
  *
  * It stays out of the way: every batch (at most dedup.sweep_batch_size
  * rows) is its own transaction, so no lock, snapshot or xmin is held
- * between batches; it never waits for a table lock (it gives up and tries
- * at the next sweep instead, so it cannot deadlock with ALTER EXTENSION or
- * other DDL); between batches it steps aside for DROP DATABASE and ALTER
+ * between batches; it never waits for a table lock, and hardly for a row
+ * lock (it gives up and tries at the next sweep instead, so it cannot
+ * deadlock with ALTER EXTENSION or other DDL); between batches it steps aside for DROP DATABASE and ALTER
  * DATABASE, which otherwise fail while a session is connected; and it stops
  * after dedup.sweep_max_duration.
  *
@@ -40,6 +40,9 @@
 #include "utils/timestamp.h"
 
 #include "dedup.h"
+
+/* the longest a batch waits for a row locked by another transaction */
+#define SWEEPER_LOCK_TIMEOUT "100ms"
 
 static DedupDatabaseSlot *my_slot = NULL;
 
@@ -238,6 +241,14 @@ dedup_sweeper_main(Datum main_arg)
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
 					PGC_S_OVERRIDE);
 
+	/*
+	 * Table locks are only ever tried (sweeper_begin), and claims never lock
+	 * the rows a sweep deletes; this bounds the wait for a row that someone
+	 * else has locked, say with SELECT ... FOR UPDATE.
+	 */
+	SetConfigOption("lock_timeout", SWEEPER_LOCK_TIMEOUT, PGC_SUSET,
+					PGC_S_OVERRIDE);
+
 	start = GetCurrentTimestamp();
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
 	my_slot = dedup_database_slot(dboid, false);
@@ -264,14 +275,24 @@ dedup_sweeper_main(Datum main_arg)
 	{
 		ErrorData  *edata;
 
-		/* log the error, keep its message for the dedup_sweeper view */
 		HOLD_INTERRUPTS();
 		MemoryContextSwitchTo(sweep_context);
-		EmitErrorReport();
 		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		sweeper_finish(DEDUP_SWEEP_FAILED, edata->message);
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		{
+			/* rows locked elsewhere: not a failure, the next sweep retries */
+			FlushErrorState();
+			AbortCurrentTransaction();
+			sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);
+		}
+		else
+		{
+			/* log the error, keep its message for the dedup_sweeper view */
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			sweeper_finish(DEDUP_SWEEP_FAILED, edata->message);
+		}
 		RESUME_INTERRUPTS();
 	}
 	PG_END_TRY();

@@ -37,6 +37,8 @@
 #     retries back off (1 s, 2 s, 4 s ...);
 # 10. dedup_sweep() returns what it deleted, can be limited to one consumer,
 #     and is not executable by PUBLIC.
+# 11. A row locked by another transaction makes a sweep end 'partial', with
+#     no error and no wait; the next sweep deletes it.
 #
 # The postmaster logs every background worker start at DEBUG1, so the log
 # tells which databases got a sweeper and when.
@@ -785,6 +787,38 @@ is(sql('db2', 'SELECT database_state FROM dedup_sweeper'), 'active',
 	'... and tracked as active');
 is(occurrences(log_from($before_create), sweeper_start_re('db2')) >= 1, 1,
 	'... by a sweeper the commit woke');
+
+###############################################################################
+note('7. rows locked by another transaction: skipped, not waited for');
+
+# Claims never lock the rows a sweep deletes, but anyone may lock them with
+# SELECT ... FOR UPDATE.  The sweep neither waits for such a lock nor calls it
+# an error: the sweep ends 'partial' and the next one deletes the rows.
+sql('db2', qq{
+INSERT INTO processed_messages
+SELECT 'locked', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
+my $locker = $node->background_psql('db2');
+$locker->query_safe(q{BEGIN; SELECT message_id FROM processed_messages
+  WHERE consumer_name = 'locked' AND message_id = 'm3' FOR UPDATE});
+$offset = -s $node->logfile;
+my $locked_since = sql('db2', 'SELECT clock_timestamp()');
+sql('db2', 'SELECT dedup_sweeper_wake()');
+ok( $node->poll_query_until(
+		'db2', qq{
+SELECT last_sweep_start > '$locked_since' AND sweeper_pid IS NULL
+   AND last_sweep_outcome = 'partial'
+  FROM dedup_sweeper}),
+	'a sweep that meets a locked row ends partial');
+is(sql('db2', q{SELECT last_error_at IS NULL OR last_error_at < '} . $locked_since . q{' FROM dedup_sweeper}),
+	't', '... records no error');
+unlike(log_from($offset), qr/ERROR|WARNING/, '... and logs none');
+is(sql('db2', q{SELECT dedup_claim('meanwhile', 'k') AND NOT dedup_claim('meanwhile', 'k')}),
+	't', 'claims go on meanwhile');
+$locker->query_safe('COMMIT');
+$locker->quit;
+sweep_now('db2', 'after the lock is released');
+is(counts('db2', q{consumer_name = 'locked'}), 'locked=2',
+	'the next sweep deletes the rows once they are free');
 
 $node->stop;
 done_testing();
