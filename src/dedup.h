@@ -40,9 +40,9 @@ extern Oid	dedup_extension_schema(bool missing_ok);
 /*
  * status.c: what the sweeper knows about each database, in shared memory.
  *
- * The launcher owns the schedule (next_sweep, failures, state); the
- * per-database sweeper owns the outcome of its sweep.  All fields are
- * protected by DedupShared->lock.
+ * The launcher owns the schedule (next_sweep, failures, state) and marks a
+ * sweep running; the per-database sweeper records its progress and outcome.
+ * All fields are protected by DedupShared->lock.
  */
 typedef enum DedupDatabaseState
 {
