@@ -137,20 +137,10 @@ sub metric_is
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
 	my $got = value_of($samples, $name, %$labels);
 	my $id = "$name\{" . join(',', map { "$_=\"$labels->{$_}\"" } sort keys %$labels) . '}';
-	if (!defined $got)
-	{
-		fail("$what: $id is exported");
-		return;
-	}
-	if ($expected =~ /^(?:NaN|[+-]Inf)$/)
-	{
-		is($got, $expected, "$what: $id = $expected");
-	}
-	else
-	{
-		cmp_ok($got, '==', $expected, "$what: $id = $expected");
-	}
-	return;
+	return fail("$what: $id is exported") if !defined $got;
+	return is($got, $expected, "$what: $id = $expected")
+	  if $expected =~ /^(?:NaN|[+-]Inf)$/;
+	return cmp_ok($got, '==', $expected, "$what: $id = $expected");
 }
 
 # the metric must be there, and $low <= value <= $high
@@ -169,18 +159,32 @@ sub metric_between
 	return;
 }
 
-# The outcome of the next sweep of database postgres that starts after
-# $since (a timestamptz of the server), once it has ended.
+# The outcome of the first sweep of database postgres that started after
+# $since (a timestamptz of the server), once it has ended; read in the same
+# query as its end, so that a later sweep cannot hide it.
 sub next_sweep_outcome
 {
 	my ($node, $since) = @_;
-	$node->poll_query_until('postgres',
-		qq{SELECT last_sweep_start >= '$since' AND last_sweep_end >= last_sweep_start
-		     AND last_sweep_outcome <> 'running' AND sweeper_pid IS NULL
-		     FROM dedup_sweeper})
-	  or die "no sweep since $since ended";
-	return $node->safe_psql('postgres',
-		'SELECT last_sweep_outcome FROM dedup_sweeper');
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $deadline)
+	{
+		my $outcome = $node->safe_psql('postgres',
+			qq{SELECT last_sweep_outcome FROM dedup_sweeper
+			    WHERE last_sweep_start >= '$since' AND last_sweep_end >= last_sweep_start
+			      AND last_sweep_outcome <> 'running' AND sweeper_pid IS NULL});
+		return $outcome if $outcome ne '';
+		usleep(100_000);
+	}
+	die "no sweep since $since ended";
+}
+
+# what the sweeper and the server log say, when a check about it failed
+sub sweeper_diag
+{
+	my ($node) = @_;
+	diag($node->safe_psql('postgres', 'SELECT * FROM dedup_sweeper', extra_params => ['-x']));
+	diag(join "\n", grep { /dedup/ && !/statement:/ } split /\n/, slurp_file($node->logfile));
+	return;
 }
 
 # ---------------------------------------------------------------------------
@@ -336,7 +340,8 @@ SELECT dedup_claim('orders', 'secret-evt-3');
 ALTER SYSTEM SET dedup.sweep_enabled = on;
 SELECT pg_reload_conf();
 });
-is(next_sweep_outcome($node, $since), 'done', 'a sweep deletes the backlog');
+is(next_sweep_outcome($node, $since), 'done', 'a sweep deletes the backlog')
+  or sweeper_diag($node);
 
 $body = scrape($port, $log);
 $m = parse_metrics($body);
@@ -346,7 +351,8 @@ metric_is($m, 'dedup_storage_expired_backlog', \%db, 0, 'after a sweep');
 metric_is($m, 'dedup_consumer_records_expired_backlog', \%archive, 0, 'after a sweep');
 metric_is($m, 'dedup_storage_total_rows_deleted', \%db, 4, 'after a sweep');
 metric_is($m, 'dedup_storage_sweep_enabled', \%db, 1, 'after a sweep');
-metric_is($m, 'dedup_storage_last_sweep_failed', \%db, 0, 'after a sweep');
+metric_is($m, 'dedup_storage_last_sweep_failed', \%db, 0, 'after a sweep')
+  or sweeper_diag($node);
 metric_between($m, 'dedup_storage_seconds_since_last_sweep', \%db, 0,
 	time - $t0 + 1, 'after a sweep');
 
@@ -365,7 +371,8 @@ for my $try (1 .. 20)
 	$outcome = next_sweep_outcome($node, $since);
 	last if $outcome eq 'failed';
 }
-is($outcome, 'failed', 'a sweep as a role that does not exist fails');
+is($outcome, 'failed', 'a sweep as a role that does not exist fails')
+  or sweeper_diag($node);
 
 $body = scrape($port, $log);
 $m = parse_metrics($body);
