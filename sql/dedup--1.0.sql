@@ -340,10 +340,10 @@ CREATE VIEW @extschema@.dedup_stats AS
 		   CASE WHEN s.keep_forever THEN 'forever'
 				ELSE pg_catalog.justify_hours(s.retention)::pg_catalog.text END AS retention,
 		   s.expired_backlog,
-		   CASE WHEN c.consumer IS NOT NULL THEN 'on'
-				WHEN @extschema@.dedup_counters_status() OPERATOR(pg_catalog.=) 'on'
-				THEN 'not counted'
-				ELSE @extschema@.dedup_counters_status() END AS counters,
+		   CASE WHEN @extschema@.dedup_counters_status() OPERATOR(pg_catalog.<>) 'on'
+				THEN @extschema@.dedup_counters_status()
+				WHEN c.consumer IS NULL THEN 'not counted'
+				ELSE 'on' END AS counters,
 		   c.counters_since
 	  FROM @extschema@.dedup_claim_counters() c
 	  FULL JOIN @extschema@.dedup_consumer_storage() s
@@ -372,7 +372,7 @@ CREATE VIEW @extschema@.dedup_storage AS
 		ON e.extnamespace OPERATOR(pg_catalog.=) t.relnamespace
 	   AND e.extname OPERATOR(pg_catalog.=) 'dedup'
 	 CROSS JOIN (SELECT pg_catalog.count(*) AS consumers,
-						pg_catalog.sum(x.expired_backlog)::pg_catalog.int8 AS expired_backlog
+						COALESCE(pg_catalog.sum(x.expired_backlog), 0)::pg_catalog.int8 AS expired_backlog
 				   FROM @extschema@.dedup_consumer_storage() x) st
 	 CROSS JOIN @extschema@.dedup_sweeper w
 	 WHERE t.relname OPERATOR(pg_catalog.=) 'processed_messages';

@@ -4,6 +4,8 @@
 CREATE EXTENSION dedup;
 -- counters are kept per database, across DROP/CREATE EXTENSION: start clean
 SELECT dedup_stats_reset();
+-- an empty table: zeros, not NULLs
+SELECT consumers, expired_backlog FROM dedup_storage;
 
 -- first deliveries, redeliveries, a rolled back claim (counted: its
 -- redelivery will be counted again), a claim in a failed transaction
@@ -26,6 +28,7 @@ SELECT claims, duplicates FROM dedup_stats WHERE consumer = 'orders';
 -- a superuser may stop counting (to measure its cost); an application may not
 SET dedup.track_claims = off;
 SELECT dedup_claim('orders', 'o-uncounted');
+SELECT consumer, claims, counters FROM dedup_stats ORDER BY consumer;
 RESET dedup.track_claims;
 SELECT claims FROM dedup_stats WHERE consumer = 'orders';
 CREATE ROLE regress_dedup_app;
