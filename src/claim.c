@@ -13,7 +13,7 @@
  * answer; savepoints and rollbacks undo a claim like any other row.
  *
  * This file owns argument checking, the per-backend plan cache and the
- * claim itself.
+ * claim itself, which reports its outcome to the counters (stats.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -136,6 +136,18 @@ claim_check_argument(FunctionCallInfo fcinfo, int argno, const char *argname,
 }
 
 /*
+ * Did this backend wait for a lock since get_timeout_start_time() returned
+ * mark?  Every lock wait re-arms the deadlock timeout (ProcSleep), so a new
+ * start time means it did: for a claim, nearly always for an in-flight claim
+ * of the same key.
+ */
+static inline bool
+claim_waited(TimestampTz mark)
+{
+	return get_timeout_start_time(DEADLOCK_TIMEOUT) != mark;
+}
+
+/*
  * dedup_claim(consumer text, message_id text) RETURNS boolean
  *
  * True when this transaction has just recorded the claim: do the work, in the
@@ -163,11 +175,6 @@ dedup_claim(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	plan = claim_plan_get(fcinfo->flinfo->fn_oid);
 
-	/*
-	 * Every lock wait re-arms the deadlock timeout (ProcSleep), so a new
-	 * start time afterwards means the claim waited: nearly always for an
-	 * in-flight claim of the same key.
-	 */
 	lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);
 	PG_TRY();
 	{
@@ -177,7 +184,7 @@ dedup_claim(PG_FUNCTION_ARGS)
 	{
 		if (geterrcode() == ERRCODE_T_R_SERIALIZATION_FAILURE)
 			dedup_stats_count(PG_GETARG_TEXT_PP(0), DEDUP_SERIALIZATION_FAILURE,
-							  get_timeout_start_time(DEADLOCK_TIMEOUT) != lock_wait_mark);
+							  claim_waited(lock_wait_mark));
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -188,6 +195,6 @@ dedup_claim(PG_FUNCTION_ARGS)
 
 	dedup_stats_count(PG_GETARG_TEXT_PP(0),
 					  claimed ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
-					  get_timeout_start_time(DEADLOCK_TIMEOUT) != lock_wait_mark);
+					  claim_waited(lock_wait_mark));
 	PG_RETURN_BOOL(claimed);
 }
