@@ -31,7 +31,9 @@ COMMENT ON TABLE @extschema@.processed_messages IS
 
 /*
  * The records are user data: pg_dump must keep them so that a restored
- * database still rejects redeliveries.
+ * database still rejects redeliveries.  (One table per statement: a second
+ * pg_extension_config_dump() call in the same command would update the
+ * pg_extension row twice.)
  */
 SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass, '')
   FROM pg_catalog.pg_class c
