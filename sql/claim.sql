@@ -10,6 +10,8 @@ SELECT pg_describe_object(classid, objid, objsubid) AS object
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dedup')
  ORDER BY 1;
 SELECT extconfig::regclass[] FROM pg_extension WHERE extname = 'dedup';
+-- a churning table: autovacuum comes early
+SELECT reloptions FROM pg_class WHERE oid = 'processed_messages'::regclass;
 
 -- first delivery true, redelivery false; consumers are independent
 BEGIN;
