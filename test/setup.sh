@@ -10,7 +10,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 packages=(
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" postgresql-contrib
 	build-essential libipc-run-perl python3-psycopg2 rsync
-	prometheus-postgres-exporter prometheus
+	prometheus-postgres-exporter prometheus rabbitmq-server python3-pika
 )
 
 if [ "$(id -u)" -ne 0 ]; then

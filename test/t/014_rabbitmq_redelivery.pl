@@ -1,0 +1,696 @@
+#
+# 014_rabbitmq_redelivery.pl: dedup_claim behind a real broker (RabbitMQ).
+#
+# A private RabbitMQ node (started here as the unprivileged test user, with
+# its own epmd, ports, Erlang cookie and data under the test's temporary
+# directory) carries 200 persistent payment messages, 10 of them published
+# twice by the producer (a producer retry: same message_id).  Consumers in
+# Python (pika, manual acks, prefetch 10; psycopg2) run the README pattern
+#
+#     BEGIN; dedup_claim('ledger', message_id) -> if true: credit the account
+#     and insert into "applied"; COMMIT; then basic_ack
+#
+# while failing the ways brokers make consumers fail:
+#   (a) crash-after-commit commits 5 messages without acking them and dies:
+#       RabbitMQ redelivers them (redelivered flag set) to another consumer,
+#       whose claim returns false: acked, not applied again;
+#   (b) crash-before-commit dies after a claim (and its credit), before the
+#       commit: the claim dies with the transaction, the redelivery claims
+#       again and applies the message once;
+#   (c) nacker commits and then nacks some messages with requeue (an ack
+#       that failed): the redelivery is a duplicate;
+#   (d) nacker, steady-1 and steady-2 consume the queue concurrently;
+#   (e) the producer's second copies are duplicates.
+# Then, once every copy has been acked and the queue is empty (ready and
+# unacked): every message applied exactly once, balances equal the sum of
+# the distinct messages, processed_messages holds exactly those 200 claims,
+# and per message the duplicates detected equal its extra copies plus the
+# deliveries committed but not acked (whatever consumer saw them);
+# dedup_stats (dedup preloaded) counts the same claims and duplicates the
+# consumers logged.  With a dedup_claim that always returned true (or
+# false) the applied rows, balances and duplicate counts would all differ.
+#
+# The broker is stopped with SIGTERM (a clean shutdown) at the end, or from
+# the END block if the test dies; the test checks that no process of the
+# broker or its epmd survives.
+#
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Path qw(make_path);
+use IPC::Run;
+use JSON::PP;
+use POSIX qw(WNOHANG);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $rabbitmq_server = $ENV{RABBITMQ_SERVER}
+  // '/usr/lib/rabbitmq/bin/rabbitmq-server';
+my $rabbitmqctl = $ENV{RABBITMQCTL} // '/usr/lib/rabbitmq/bin/rabbitmqctl';
+my $epmd = $ENV{EPMD} // '/usr/bin/epmd';
+my $script = abs_path('test/rabbitmq_consumer.py');
+
+die "test/rabbitmq_consumer.py not found: run me from the source directory\n"
+  unless defined $script && -r $script;
+for ($rabbitmq_server, $rabbitmqctl, $epmd)
+{
+	-x $_
+	  or BAIL_OUT("$_ is not installed (test/setup.sh installs rabbitmq-server)");
+}
+
+# a Python 3 with pika and psycopg2 (test/setup.sh installs python3-pika and
+# python3-psycopg2)
+my $python;
+for my $candidate ('python3', '/usr/bin/python3')
+{
+	if (system("$candidate -c 'import pika, psycopg2' >/dev/null 2>&1") == 0)
+	{
+		$python = $candidate;
+		last;
+	}
+}
+ok(defined $python, 'found a python3 with pika and psycopg2')
+  or BAIL_OUT('python3-pika and python3-psycopg2 are required (test/setup.sh)');
+
+my $timeout = 60;    # seconds, for every wait below
+my $queue = 'payments';
+my $consumer = 'ledger';    # the dedup consumer name of every worker
+
+# ---------------------------------------------------------------------------
+# processes: the broker and epmd run in their own sessions (process groups)
+# and are stopped whatever happens; consumer harnesses are killed
+# ---------------------------------------------------------------------------
+
+my ($rabbit_pid, $epmd_pid);
+my @harnesses;
+
+END
+{
+	my $status = $?;
+	for my $h (@harnesses)
+	{
+		eval { $h->kill_kill };
+	}
+	stop_group($rabbit_pid, 30) if $rabbit_pid;
+	stop_group($epmd_pid, 10) if $epmd_pid;
+	$? = $status;
+}
+# exit (not die, which an eval could catch) so that END stops the broker
+$SIG{$_} = sub { print STDERR "killed by SIG$_[0]\n"; exit(1) }
+  for qw(INT TERM HUP);
+
+# fork and exec @cmd in a new session with %$env added, output to $log
+sub spawn_session
+{
+	my ($log, $env, @cmd) = @_;
+	my $pid = fork() // die "fork: $!";
+	if ($pid == 0)
+	{
+		POSIX::setsid();
+		open(STDIN, '<', '/dev/null');
+		open(STDOUT, '>>', $log);
+		open(STDERR, '>&', \*STDOUT);
+		@ENV{ keys %$env } = values %$env;
+		exec(@cmd) or print STDERR "exec $cmd[0]: $!\n";
+		POSIX::_exit(127);
+	}
+	return $pid;
+}
+
+sub alive
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return 0;
+	my $stat = <$fh> // '';
+	close($fh);
+	return $stat !~ /\)\s+Z\s/;    # a zombie is gone for our purposes
+}
+
+# $pid and all its descendants, from /proc
+sub process_tree
+{
+	my ($root) = @_;
+	my %children;
+	for my $stat (glob('/proc/[0-9]*/stat'))
+	{
+		open(my $fh, '<', $stat) or next;
+		my $line = <$fh> // next;
+		close($fh);
+		my ($pid, $ppid) = $line =~ /^(\d+) .*\) \S+ (\d+) /s or next;
+		push @{ $children{$ppid} }, $pid;
+	}
+	my @tree = ($root);
+	for (my $i = 0; $i < @tree; $i++)
+	{
+		push @tree, @{ $children{ $tree[$i] } // [] };
+	}
+	return @tree;
+}
+
+# SIGTERM the session leader $pid, wait up to $grace seconds, then SIGKILL
+# its process group; returns the wait status, or undef if it had to be killed
+sub stop_group
+{
+	my ($pid, $grace) = @_;
+	kill('TERM', $pid);
+	my $deadline = time() + $grace;
+	while (time() < $deadline)
+	{
+		return $? if waitpid($pid, WNOHANG) == $pid;
+		usleep(50_000);
+	}
+	kill('KILL', -$pid);
+	waitpid($pid, 0);
+	return undef;
+}
+
+# run the helper script in the foreground; returns (exit code, stdout, stderr)
+sub helper
+{
+	my @args = @_;
+	my ($out, $err) = ('', '');
+	my $ok = eval {
+		IPC::Run::run([ $python, $script, @args ],
+			'<', \undef, '>', \$out, '2>', \$err,
+			IPC::Run::timeout($timeout));
+		1;
+	};
+	return (-1, $out, $err . ($@ // '')) unless $ok;
+	return ($? >> 8, $out, $err);
+}
+
+sub read_json_lines
+{
+	my ($file) = @_;
+	return () unless -e $file;
+	my @records;
+	for my $line (split /\n/, slurp_file($file))
+	{
+		next unless $line =~ /^\{/;
+		my $r = eval { decode_json($line) };
+		push @records, $r if $r;
+	}
+	return @records;
+}
+
+# ---------------------------------------------------------------------------
+# a private RabbitMQ node
+# ---------------------------------------------------------------------------
+
+my $tmp = PostgreSQL::Test::Utils::tempdir;
+my $rmq = "$tmp/rabbitmq";
+make_path("$rmq/home", "$rmq/mnesia", "$rmq/log");
+
+my $amqp_port = PostgreSQL::Test::Cluster::get_free_port();
+my $dist_port = PostgreSQL::Test::Cluster::get_free_port();
+my $epmd_port = PostgreSQL::Test::Cluster::get_free_port();
+my $ctl_port = PostgreSQL::Test::Cluster::get_free_port();
+my $nodename = "dedup-test-$$\@localhost";
+
+append_to_file("$rmq/enabled_plugins", '');    # no plugins (no management)
+append_to_file("$rmq/rabbitmq-env.conf", '');  # not /etc/rabbitmq's
+append_to_file(
+	"$rmq/rabbitmq.conf", <<"CONF");
+listeners.tcp.1 = 127.0.0.1:$amqp_port
+loopback_users = none
+disk_free_limit.absolute = 1MB
+vm_memory_high_watermark.absolute = 1GB
+collect_statistics = none
+log.console = false
+log.file.level = info
+CONF
+
+my %rabbit_env = (
+	HOME => "$rmq/home",    # the Erlang cookie
+	RABBITMQ_MNESIA_BASE => "$rmq/mnesia",
+	RABBITMQ_LOG_BASE => "$rmq/log",
+	RABBITMQ_NODENAME => $nodename,
+	RABBITMQ_NODE_IP_ADDRESS => '127.0.0.1',
+	RABBITMQ_NODE_PORT => $amqp_port,
+	RABBITMQ_DIST_PORT => $dist_port,
+	RABBITMQ_CONFIG_FILE => "$rmq/rabbitmq.conf",
+	RABBITMQ_ADVANCED_CONFIG_FILE => "$rmq/advanced.config",    # none
+	RABBITMQ_ENABLED_PLUGINS_FILE => "$rmq/enabled_plugins",
+	RABBITMQ_CONF_ENV_FILE => "$rmq/rabbitmq-env.conf",
+	RABBITMQ_CTL_DIST_PORT_MIN => $ctl_port,
+	RABBITMQ_CTL_DIST_PORT_MAX => $ctl_port,
+	ERL_EPMD_PORT => $epmd_port,
+);
+
+# Our own epmd on its own port, in the foreground (a child we can stop):
+# the node registers with it instead of starting a daemon that would
+# outlive the test.
+$epmd_pid = spawn_session("$rmq/log/epmd.log", {},
+	$epmd, '-port', $epmd_port, '-address', '127.0.0.1');
+my $epmd_up = 0;
+for (my $deadline = time() + $timeout; time() < $deadline; usleep(100_000))
+{
+	last unless alive($epmd_pid);
+	if (system("$epmd -port $epmd_port -names >/dev/null 2>&1") == 0)
+	{
+		$epmd_up = 1;
+		last;
+	}
+}
+ok($epmd_up && alive($epmd_pid), "epmd listens on port $epmd_port")
+  or BAIL_OUT('epmd did not start: ' . slurp_file("$rmq/log/epmd.log"));
+
+$rabbit_pid =
+  spawn_session("$rmq/log/stdout.log", \%rabbit_env, $rabbitmq_server);
+note("rabbitmq-server pid $rabbit_pid, node $nodename, AMQP port $amqp_port");
+
+# the database while the broker boots
+my $node = PostgreSQL::Test::Cluster->new('rabbit');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'");
+$node->start;
+my $db = 'bank';
+$node->safe_psql('postgres', "CREATE DATABASE $db");
+$node->safe_psql(
+	$db, q{
+CREATE EXTENSION dedup;
+CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
+INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
+-- one row per application of a message, written in the claim's transaction;
+-- deliberately no unique key: a message applied twice is two rows, not an error
+CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
+                      redelivered boolean NOT NULL);
+});
+
+my $started = time();
+my $ready = 0;
+while (time() < $started + $timeout)
+{
+	last unless alive($rabbit_pid);
+	my ($rc) = helper('wait-ready', $amqp_port, 2);
+	if ($rc == 0)
+	{
+		$ready = 1;
+		last;
+	}
+}
+if (!ok($ready, 'RabbitMQ accepts AMQP connections'))
+{
+	diag(slurp_file("$rmq/log/stdout.log"));
+	BAIL_OUT("RabbitMQ did not start: see $rmq/log");
+}
+note(sprintf('RabbitMQ ready after %.1f s', time() - $started));
+
+# ---------------------------------------------------------------------------
+# the producer: 200 messages, 10 of them published twice
+# ---------------------------------------------------------------------------
+
+my $n = 200;
+my (@messages, @copies, %copies_of);
+for my $i (1 .. $n)
+{
+	my $m = {
+		message_id => sprintf('pay-%04d', $i),
+		account => 1 + $i % 5,
+		amount => 1 + ($i * 37) % 100,
+	};
+	push @messages, $m;
+	push @copies, $m;
+	push @copies, $m if $i % 40 == 0;    # retried at once: adjacent copies
+}
+push @copies, grep { $_->{message_id} =~ /(\d+)$/ && $1 % 40 == 20 } @messages;
+$copies_of{ $_->{message_id} }++ for @copies;
+my $producer_duplicates = @copies - @messages;
+is($producer_duplicates, 10, 'the producer publishes 10 messages twice');
+
+my %expected_balance;
+$expected_balance{ $_->{account} } += $_->{amount} for @messages;
+
+append_to_file("$tmp/messages.json", encode_json(\@copies));
+my ($rc, $out, $err) =
+  helper('produce', $amqp_port, $queue, "$tmp/messages.json");
+is($rc, 0, 'producer ran') or diag($err);
+is(eval { decode_json($out)->{published} },
+	scalar(@copies), 'producer: 210 persistent copies published and confirmed');
+
+# ---------------------------------------------------------------------------
+# consumers
+# ---------------------------------------------------------------------------
+
+my %logs;    # worker => its JSON lines file
+
+sub consumer_cmd
+{
+	my ($worker, $behaviour, $control) = @_;
+	$logs{$worker} = "$tmp/$worker.log";
+	return [
+		$python, $script, 'consume', $amqp_port, $queue, $node->host,
+		$node->port, $db, $worker, $behaviour, $control
+	];
+}
+
+# (a) and (b) alone on the queue, one after the other, each until it dies
+for my $crash (
+	[ 'crash-after-commit', 'die-after-commit', 3 ],
+	[ 'crash-before-commit', 'die-before-commit', 4 ])
+{
+	my ($worker, $behaviour, $code) = @$crash;
+	my $control = "$tmp/control-$worker";
+	make_path($control);
+	append_to_file("$control/go", '');
+	my $err = '';
+	my $exit = eval {
+		IPC::Run::run(consumer_cmd($worker, $behaviour, $control),
+			'<', \undef, '>', $logs{$worker}, '2>', \$err,
+			IPC::Run::timeout($timeout));
+		$? >> 8;
+	} // -1;
+	is($exit, $code, "$worker died as planned (exit code $code)")
+	  or diag($err . ($@ // ''));
+}
+
+# (c), (d): three consumers at once, started together
+my $control = "$tmp/control-concurrent";
+make_path($control);
+my @concurrent = (
+	[ 'nacker', 'nack' ],
+	[ 'steady-1', 'steady' ],
+	[ 'steady-2', 'steady' ]);
+my %errors;
+for my $c (@concurrent)
+{
+	my ($worker, $behaviour) = @$c;
+	$errors{$worker} = '';
+	push @harnesses,
+	  IPC::Run::start(consumer_cmd($worker, $behaviour, $control),
+		'<', \undef, '>', $logs{$worker}, '2>', \$errors{$worker});
+}
+
+sub wait_for
+{
+	my ($what, $check) = @_;
+	my $deadline = time() + $timeout;
+	while (time() < $deadline)
+	{
+		return 1 if $check->();
+		$_->pump_nb for grep { $_->pumpable } @harnesses;
+		usleep(100_000);
+	}
+	diag("timed out waiting for $what");
+	return 0;
+}
+
+sub records
+{
+	return map { read_json_lines($logs{$_}) } sort keys %logs;
+}
+
+ok( wait_for(
+		'the consumers to connect',
+		sub {
+			3 == grep {
+				my $w = $_->[0];
+				grep { ($_->{event} // '') eq 'ready' }
+				  read_json_lines($logs{$w})
+			} @concurrent;
+		}),
+	'three concurrent consumers connected');
+append_to_file("$control/go", '');
+
+# drained: every copy acked once, nothing ready in the queue
+my $depth;
+ok( wait_for(
+		'the queue to drain',
+		sub {
+			my $acks = grep { ($_->{action} // '') eq 'ack' } records();
+			return 0 if $acks < @copies;
+			my ($rc, $out) = helper('depth', $amqp_port, $queue);
+			$depth = eval { decode_json($out) };
+			return $rc == 0 && $depth && $depth->{messages} == 0;
+		}),
+	'queue drained: every copy acked, no message ready');
+is($depth->{consumers}, 3, 'the three consumers were still attached');
+
+{
+	local @ENV{ keys %rabbit_env } = values %rabbit_env;
+	my ($out, $err) = ('', '');
+	eval {
+		IPC::Run::run(
+			[
+				$rabbitmqctl, '--quiet', '--no-table-headers', 'list_queues',
+				'name', 'messages_ready', 'messages_unacknowledged', 'consumers'
+			],
+			'<', \undef, '>', \$out, '2>', \$err,
+			IPC::Run::timeout($timeout));
+	};
+	$err .= $@ // '';
+	like($out, qr/^\Q$queue\E\s+0\s+0\s+3\s*$/m,
+		'rabbitmqctl: 0 ready, 0 unacknowledged, 3 consumers')
+	  or diag("rabbitmqctl: $out $err");
+}
+
+append_to_file("$control/stop", '');
+for my $i (0 .. $#concurrent)
+{
+	my $worker = $concurrent[$i][0];
+	my $h = $harnesses[$i];
+	my $finished = eval {
+		$h->finish;
+		1;
+	};
+	ok($finished && $h->result == 0, "$worker stopped cleanly")
+	  or diag($errors{$worker} . ($@ // ''));
+}
+@harnesses = ();
+
+($rc, $out, $err) = helper('depth', $amqp_port, $queue);
+is($out, qq({"consumers": 0, "messages": 0}\n),
+	'queue empty with no consumer attached: nothing was left unacked')
+  or diag($err);
+
+# ---------------------------------------------------------------------------
+# what the consumers saw
+# ---------------------------------------------------------------------------
+
+my @deliveries = grep { ($_->{event} // '') eq 'delivery' } records();
+my (%claims_true, %claims_false, %redeliveries, %committed_unacked, %nacked,
+	%died);
+for my $d (@deliveries)
+{
+	my $id = $d->{message_id};
+	($d->{claim} ? \%claims_true : \%claims_false)->{$id}++;
+	$redeliveries{$id}++ if $d->{redelivered};
+	$committed_unacked{$id}++ if $d->{action} eq 'commit-no-ack';
+	$nacked{$id}++ if $d->{action} eq 'nack';
+	$died{$id}++ if $d->{action} eq 'die-before-commit';
+}
+my $sum = sub { my $h = shift; my $s = 0; $s += $_ for values %$h; $s };
+my $acks = grep { $_->{action} eq 'ack' } @deliveries;
+is($acks, scalar(@copies), 'each of the 210 copies was acked exactly once');
+note(
+	sprintf(
+		'%d deliveries (%d redelivered), %d claims true, %d false, per worker: %s',
+		scalar(@deliveries), $sum->(\%redeliveries),
+		$sum->(\%claims_true), $sum->(\%claims_false),
+		join(', ',
+			map { my $w = $_; "$w " . grep { $_->{worker} eq $w } @deliveries }
+			  sort keys %logs)));
+
+# whose work is in "applied": message_id => [workers]
+my %applied;
+for my $row (split /\n/,
+	$node->safe_psql($db, 'SELECT message_id, worker FROM applied'))
+{
+	my ($id, $worker) = split /\|/, $row;
+	push @{ $applied{$id} }, $worker;
+}
+
+# later deliveries of $id by a worker other than $worker, matching $want
+sub redelivered_to_other
+{
+	my ($id, $worker, $claim, $action) = @_;
+	return grep {
+		     $_->{message_id} eq $id
+		  && $_->{worker} ne $worker
+		  && $_->{redelivered}
+		  && !!$_->{claim} == !!$claim
+		  && $_->{action} eq $action
+	} @deliveries;
+}
+
+# (a) committed, died before the ack
+my @a = grep { $_->{action} eq 'commit-no-ack' } @deliveries;
+is(scalar(@a), 5, '(a) crash-after-commit committed 5 messages it never acked');
+is(scalar(grep { $_->{claim} } @a), 5, '(a) ... each a first claim');
+is( scalar(
+		grep {
+			redelivered_to_other($_->{message_id}, 'crash-after-commit', 0,
+				'ack')
+		} @a),
+	5,
+	'(a) each was redelivered (flag set) to another consumer, claimed false and acked'
+);
+is( scalar(
+		grep {
+			my $w = $applied{ $_->{message_id} } // [];
+			@$w == 1 && $w->[0] eq 'crash-after-commit'
+		} @a),
+	5,
+	'(a) each applied once, by the consumer that died, never again');
+
+# (b) claimed, died before the commit
+my @b = grep { $_->{action} eq 'die-before-commit' } @deliveries;
+is(scalar(@b), 1, '(b) crash-before-commit died inside one transaction');
+ok($b[0] && $b[0]{claim}, '(b) ... after its claim returned true');
+my $b_id = $b[0] ? $b[0]{message_id} : '';
+is(scalar(redelivered_to_other($b_id, 'crash-before-commit', 1, 'ack')),
+	1, '(b) the redelivery (flag set) claimed it again (true) and acked it');
+my $b_applied = $applied{$b_id} // [];
+ok(@$b_applied == 1 && $b_applied->[0] ne 'crash-before-commit',
+	'(b) applied once, by the redelivery: the dead claim left nothing')
+  or diag("applied by @$b_applied");
+
+# (c) committed, then nacked with requeue
+my @c = grep { $_->{action} eq 'nack' } @deliveries;
+cmp_ok(scalar(@c), '>=', 1, '(c) nacker nacked committed messages') or diag(scalar @c);
+is( scalar(
+		grep {
+			my $id = $_->{message_id};
+			grep {
+				     $_->{message_id} eq $id
+				  && $_->{redelivered}
+				  && !$_->{claim}
+				  && $_->{action} eq 'ack'
+			} @deliveries
+		} @c),
+	scalar(@c),
+	'(c) each nacked message was redelivered (flag set), claimed false and acked'
+);
+is(scalar(grep { @{ $applied{ $_->{message_id} } // [] } == 1 } @c),
+	scalar(@c), '(c) each nacked message applied once');
+
+# (d) concurrency
+for my $w (map { $_->[0] } @concurrent)
+{
+	cmp_ok(scalar(grep { $_->{worker} eq $w && $_->{action} eq 'ack' } @deliveries),
+		'>', 0, "(d) $w acked messages");
+}
+{
+	my (%first, %last);
+	for my $d (grep { $_->{worker} =~ /^steady-/ } @deliveries)
+	{
+		my $w = $d->{worker};
+		$first{$w} = $d->{t} if !defined $first{$w} || $d->{t} < $first{$w};
+		$last{$w} = $d->{t} if !defined $last{$w} || $d->{t} > $last{$w};
+	}
+	ok( defined $first{'steady-1'} && defined $first{'steady-2'}
+		  && $first{'steady-1'} < $last{'steady-2'}
+		  && $first{'steady-2'} < $last{'steady-1'},
+		'(d) steady-1 and steady-2 consumed at the same time');
+}
+
+# (e) producer retries
+my @e = grep { $copies_of{$_} == 2 } sort keys %copies_of;
+is( scalar(grep { ($claims_false{$_} // 0) >= 1 && @{ $applied{$_} // [] } == 1 } @e),
+	scalar(@e),
+	'(e) each message published twice: a duplicate detected, applied once');
+
+# per message: duplicates detected = extra copies published + deliveries
+# committed but not acked (a, c); first claims = 1 + claims rolled back (b)
+my @wrong;
+for my $m (@messages)
+{
+	my $id = $m->{message_id};
+	my $want_false =
+	  ($copies_of{$id} - 1) + ($committed_unacked{$id} // 0) + ($nacked{$id} // 0);
+	my $want_true = 1 + ($died{$id} // 0);
+	push @wrong,
+	  "$id: claims true $claims_true{$id}/$want_true, false "
+	  . ($claims_false{$id} // 0) . "/$want_false"
+	  unless ($claims_true{$id} // 0) == $want_true
+	  && ($claims_false{$id} // 0) == $want_false;
+}
+is(scalar(@wrong), 0,
+	'per message: claims true = 1 + rolled back, false = extra copies + committed-unacked'
+) or diag(join("\n", @wrong[ 0 .. ($#wrong < 9 ? $#wrong : 9) ]));
+
+my $duplicates = $sum->(\%claims_false);
+is( $duplicates,
+	$producer_duplicates + scalar(@a) + scalar(@c),
+	"duplicates detected ($duplicates) = producer retries + commit-no-ack + nacks"
+);
+cmp_ok($duplicates, '>', 0, 'duplicates were detected');
+cmp_ok($sum->(\%redeliveries), '>=', scalar(@a) + scalar(@b) + scalar(@c),
+	'redeliveries happened (redelivered flag) for every failed delivery');
+
+# ---------------------------------------------------------------------------
+# the database
+# ---------------------------------------------------------------------------
+
+is( $node->safe_psql(
+		$db, 'SELECT count(*), count(DISTINCT message_id) FROM applied'),
+	"$n|$n",
+	"applied: $n rows, $n distinct messages: each applied exactly once");
+is( join(',', sort keys %applied),
+	join(',', sort map { $_->{message_id} } @messages),
+	'applied: exactly the messages published');
+is( $node->safe_psql(
+		$db, q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}),
+	join(',', map { "$_=$expected_balance{$_}" } sort { $a <=> $b } keys %expected_balance),
+	'balances are the sums of the distinct messages');
+is( $node->safe_psql(
+		$db,
+		"SELECT count(*), count(DISTINCT message_id) FROM processed_messages WHERE consumer_name = '$consumer'"
+	),
+	"$n|$n",
+	"processed_messages: exactly $n claims for $consumer");
+is( $node->safe_psql(
+		$db, qq{
+SELECT count(*)
+  FROM (SELECT message_id FROM processed_messages WHERE consumer_name = '$consumer') p
+  FULL JOIN applied a USING (message_id)
+ WHERE p.message_id IS NULL OR a.message_id IS NULL}),
+	'0',
+	'processed_messages: a claim for each applied message, no claim without its work'
+);
+my $stats = $node->safe_psql($db,
+	"SELECT claims, duplicates, lock_waits, counters FROM dedup_stats WHERE consumer = '$consumer'"
+);
+my ($stat_claims, $stat_duplicates, $stat_lock_waits, $counters) =
+  split /\|/, $stats;
+is($counters, 'on', 'dedup_stats: counters on (dedup preloaded)');
+is($stat_duplicates, $duplicates,
+	'dedup_stats.duplicates = the duplicates the consumers logged');
+is($stat_claims, $sum->(\%claims_true),
+	'dedup_stats.claims = the true claims the consumers logged (200 + 1 rolled back)');
+is($stat_claims, $n + scalar(@b), 'dedup_stats.claims = 201');
+note("dedup_stats.lock_waits = $stat_lock_waits (concurrent copies of one message)");
+
+# ---------------------------------------------------------------------------
+# stop the broker and its epmd; nothing of them survives
+# ---------------------------------------------------------------------------
+
+my @broker = process_tree($rabbit_pid);
+note("broker processes: @broker");
+my $status = stop_group($rabbit_pid, 30);
+$rabbit_pid = undef;
+is($status, 0, 'RabbitMQ stopped cleanly on SIGTERM');
+ok( wait_for('the broker processes to exit', sub { !grep { alive($_) } @broker }),
+	'no broker process left (beam, erl_child_setup, helpers)')
+  or diag(`ps -o pid,ppid,pgid,cmd -p @{[join ',', @broker]}`);
+$status = stop_group($epmd_pid, 10);
+$epmd_pid = undef;
+ok(defined $status, 'epmd stopped on SIGTERM');
+# anything started for this node: its command line or environment says so
+# (an "epmd -daemon" the node might have spawned would only have the latter)
+my @strays = grep {
+	my ($pid) = m{^/proc/(\d+)$};
+	my $cmdline = eval { slurp_file("$_/cmdline") } // '';
+	my $environ = eval { slurp_file("$_/environ") } // '';
+	alive($pid)
+	  && ("$cmdline\x00$environ" =~
+		/\Q$nodename\E|-port\x00$epmd_port\x00|(?:^|\x00)ERL_EPMD_PORT=$epmd_port\x00/);
+} glob('/proc/[0-9]*');
+is(scalar(@strays), 0, 'no process of this node or its epmd anywhere')
+  or diag(`ps -o pid,ppid,cmd -p @{[join ',', map { m{(\d+)$} } @strays]}`);
+
+$node->stop;
+done_testing();
