@@ -29,16 +29,12 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupTest;
+
 # a Python 3 with psycopg2 (test/setup.sh installs python3-psycopg2)
-my $python;
-for my $candidate ('python3', '/usr/bin/python3')
-{
-	if (system("$candidate -c 'import psycopg2' >/dev/null 2>&1") == 0)
-	{
-		$python = $candidate;
-		last;
-	}
-}
+my $python = find_python('psycopg2');
 ok(defined $python, 'found a python3 with psycopg2')
   or BAIL_OUT('python3-psycopg2 is required (test/setup.sh installs it)');
 

@@ -45,6 +45,10 @@ use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupTest;
 use Time::HiRes qw(time usleep);
 
 my $rabbitmq_server = $ENV{RABBITMQ_SERVER}
@@ -63,15 +67,7 @@ for ($rabbitmq_server, $rabbitmqctl, $epmd)
 
 # a Python 3 with pika and psycopg2 (test/setup.sh installs python3-pika and
 # python3-psycopg2)
-my $python;
-for my $candidate ('python3', '/usr/bin/python3')
-{
-	if (system("$candidate -c 'import pika, psycopg2' >/dev/null 2>&1") == 0)
-	{
-		$python = $candidate;
-		last;
-	}
-}
+my $python = find_python('pika', 'psycopg2');
 ok(defined $python, 'found a python3 with pika and psycopg2')
   or BAIL_OUT('python3-pika and python3-psycopg2 are required (test/setup.sh)');
 
