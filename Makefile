@@ -9,6 +9,7 @@ MODULE_big = dedup
 OBJS = \
 	src/dedup.o \
 	src/guc.o \
+	src/relations.o \
 	src/claim.o \
 	src/sweep.o \
 	src/status.o \

@@ -11,7 +11,9 @@
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
+#include "storage/lockdefs.h"
 #include "storage/lwlock.h"
+#include "utils/relcache.h"
 
 /*
  * Longest consumer name and message id a claim accepts, in bytes.  Both go
@@ -32,10 +34,40 @@ extern char *dedup_sweep_role;
 extern int	dedup_max_databases;
 extern bool dedup_track_claims;
 extern int	dedup_max_consumers;
+extern bool dedup_require_consumer_roles;
 extern void dedup_define_gucs(void);
 
 /* dedup.c */
 extern Oid	dedup_extension_schema(bool missing_ok);
+
+/*
+ * relations.c: the extension's tables and the indexes the claim and the
+ * sweep use, found through pg_extension and pg_depend, never by a name
+ * resolved at run time.
+ */
+typedef struct DedupRelations
+{
+	Oid			extension;		/* pg_extension row of dedup */
+	Oid			schema;			/* where it is installed */
+	Oid			messages;		/* processed_messages */
+	Oid			messages_key;	/* its (consumer_name, message_id) key */
+	Oid			messages_time;	/* its (consumer_name, processed_at) index */
+	Oid			retention;		/* dedup_retention */
+	Oid			retention_key;	/* its (consumer_name) key */
+	Oid			consumer_roles; /* dedup_consumer_roles (1.1), or invalid */
+	Oid			consumer_roles_key; /* its (consumer_name, claimant) key */
+} DedupRelations;
+
+typedef enum DedupTable
+{
+	DEDUP_MESSAGES,
+	DEDUP_RETENTION,
+	DEDUP_CONSUMER_ROLES
+} DedupTable;
+
+extern const DedupRelations *dedup_relations(bool missing_ok);
+extern Relation dedup_table_open(DedupTable table, LOCKMODE lockmode,
+								 bool missing_ok, const DedupRelations **rels);
 
 /*
  * status.c: what the sweeper knows about each database, in shared memory.

@@ -30,6 +30,7 @@ char	   *dedup_databases = NULL;
 char	   *dedup_sweep_role = NULL;
 int			dedup_max_databases = 64;
 bool		dedup_track_claims = true;
+bool		dedup_require_consumer_roles = false;
 int			dedup_max_consumers = 1000;
 
 /* dedup.databases must be a list of identifiers: "db1, db2, ..." */
@@ -112,6 +113,18 @@ dedup_define_gucs(void)
 							 NULL,
 							 &dedup_track_claims,
 							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	/*
+	 * Only a superuser may loosen who claims for whom; a role that could
+	 * SET it could claim for any consumer.
+	 */
+	DefineCustomBoolVariable("dedup.require_consumer_roles",
+							 "Whether only roles mapped to a consumer in dedup_consumer_roles may claim for it.",
+							 "Off: consumers without a mapping may be claimed for by every role with EXECUTE on dedup_claim.",
+							 &dedup_require_consumer_roles,
+							 false,
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 
