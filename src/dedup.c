@@ -1,8 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * dedup.c
- *	  Module entry point of the dedup extension, and catalog lookups shared
- *	  by its parts.
+ *	  Module entry point of the dedup extension.
  *
  * The library can be loaded on demand (the first dedup_claim() call in a
  * backend) or through shared_preload_libraries; claims work either way.
@@ -11,17 +10,10 @@
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "catalog/indexing.h"
-#include "catalog/pg_extension.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
-#include "utils/rel.h"
 
 #include "dedup.h"
 
@@ -75,38 +67,4 @@ _PG_init(void)
 	shmem_startup_hook = shmem_startup;
 
 	dedup_register_launcher();
-}
-
-/*
- * The schema the dedup extension is installed in, in the current database.
- *
- * Every object of the extension is reached through this schema, never
- * through the caller's search_path.  Returns InvalidOid, or raises an error
- * if !missing_ok, when the extension is not installed.
- */
-Oid
-dedup_extension_schema(bool missing_ok)
-{
-	Relation	rel;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tuple;
-	Oid			schema = InvalidOid;
-
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
-				F_NAMEEQ, CStringGetDatum("dedup"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple))
-		schema = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-
-	if (!OidIsValid(schema) && !missing_ok)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension \"dedup\" is not installed in this database"),
-				 errhint("Run CREATE EXTENSION dedup.")));
-	return schema;
 }

@@ -37,9 +37,6 @@ extern int	dedup_max_consumers;
 extern bool dedup_require_consumer_roles;
 extern void dedup_define_gucs(void);
 
-/* dedup.c */
-extern Oid	dedup_extension_schema(bool missing_ok);
-
 /*
  * relations.c: the extension's tables and the indexes the claim and the
  * sweep use, found through pg_extension and pg_depend, never by a name
@@ -139,20 +136,28 @@ extern void dedup_stats_shmem_startup(void);
 extern void dedup_stats_count(text *consumer, DedupClaimOutcome outcome,
 							  bool waited);
 
-/* sweep.c: finding and deleting expired rows */
+/* sweep.c: the retention rule, finding and deleting expired rows */
 typedef struct DedupSweepTarget
 {
-	char	   *consumer;
+	text	   *consumer;
 	TimestampTz cutoff;			/* rows older than this are expired */
+	TimestampTz resume;			/* rows older than this are done with */
 } DedupSweepTarget;
 
-/* second key of the advisory lock that keeps sweeps apart ("dedu") */
+/*
+ * The sweep lock's tag: an advisory lock on (database, processed_messages,
+ * "dedu", DEDUP_SWEEP_LOCK_TAG).  SQL's advisory lock functions only ever
+ * use 1 or 2 in the last field, so no session can take it.
+ */
 #define DEDUP_SWEEP_LOCK_KEY 0x64656475
+#define DEDUP_SWEEP_LOCK_TAG 0x6475
 
 extern bool dedup_sweep_lock(Oid messages, bool wait);
-extern List *dedup_sweep_targets(Oid schema, const char *only_consumer);
-extern uint64 dedup_sweep_batch(Oid schema, DedupSweepTarget *target,
-								int batch_size);
+extern void dedup_sweep_check_role(const DedupRelations *rels, Oid role);
+extern List *dedup_sweep_targets(const DedupRelations *rels,
+								 const char *only_consumer);
+extern uint64 dedup_sweep_batch(const DedupRelations *rels,
+								DedupSweepTarget *target, int batch_size);
 
 /* launcher.c and sweeper.c: the background workers */
 extern void dedup_register_launcher(void);

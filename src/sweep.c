@@ -1,60 +1,127 @@
 /*-------------------------------------------------------------------------
  *
  * sweep.c
- *	  Finding and deleting expired processed_messages rows, and the
- *	  on-demand dedup_sweep() SQL function.
+ *	  The retention rule, finding and deleting expired processed_messages
+ *	  rows, and the SQL functions built on them: dedup_sweep(),
+ *	  dedup_retention_cutoff() and the window checks.
  *
  * The retention rule: a consumer's window is counted back from that
- * consumer's latest claim, not from the wall clock.  A row is expired when
- * it is older than (latest claim of its consumer - window), where the window
- * is the consumer's own (dedup_retention table) or dedup.retention.  A
- * consumer that stops, or a server that is down, for longer than its window
- * therefore keeps the records its redeliveries still need.
+ * consumer's latest claim, or from now if that claim is dated in the future
+ * (a clock that was ahead, a restore from a skewed host), never from a later
+ * time.  A row is expired when it is older than that point minus the window,
+ * where the window is the consumer's own (dedup_retention table) or
+ * dedup.retention.  A consumer that stops, or a server that is down, for
+ * longer than its window therefore keeps the records its redeliveries still
+ * need, and one future-dated row never expires the rest.
  *
- * The statements here are fully schema-qualified, operators included, so
- * nothing is resolved through the search_path of whoever runs them.  Their
- * callers own the transactions: the sweeper commits after every batch,
- * dedup_sweep() runs inside its caller's transaction.
+ * A valid window moves every component back (no negative months, days or
+ * time, at least one of them positive) and is at most 100 years, so the
+ * cutoff is always before the latest claim and never overflows.  A consumer
+ * whose window is invalid anyway (a row written before 1.1 checked it) is
+ * kept, not swept, and does not stop anyone else's sweep or the views.
+ *
+ * Everything here works on the tables by OID (relations.c) through their
+ * indexes: consumers are listed with a skip scan of the (consumer_name,
+ * processed_at) index, and a consumer's rows are deleted oldest first from
+ * that index, each batch resuming where the previous one stopped, so the
+ * cost per deleted row does not grow with the backlog.  Callers own the
+ * transactions: the sweeper commits after every batch, dedup_sweep() runs in
+ * its caller's transaction.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "dedup.h"
 
 PG_FUNCTION_INFO_V1(dedup_sweep);
 PG_FUNCTION_INFO_V1(dedup_default_retention);
+PG_FUNCTION_INFO_V1(dedup_retention_cutoff);
+PG_FUNCTION_INFO_V1(dedup_retention_is_valid);
+PG_FUNCTION_INFO_V1(dedup_valid_retention);
+PG_FUNCTION_INFO_V1(dedup_valid_consumer);
 
-static char *
-qualified_table(Oid schema, const char *table)
-{
-	return quote_qualified_identifier(get_namespace_name(schema), table);
-}
+/* the longest window: '100 years', as interval comparison counts it */
+#define MAX_WINDOW_DAYS		(100 * 12 * 30)
+
+/* the earliest latest claim a window can be subtracted from safely */
+#define EARLIEST_LATEST_CLAIM \
+	(MIN_TIMESTAMP + (int64) (101 * DAYS_PER_YEAR) * USECS_PER_DAY)
 
 /*
  * dedup.retention as an interval; NULL (*isnull) for -1, forever, as in the
  * dedup_retention table.
  */
-static Datum
-default_retention(bool *isnull)
+static Interval *
+default_retention(void)
 {
 	Interval   *window;
 
-	*isnull = (dedup_retention < 0);
-	if (*isnull)
-		return (Datum) 0;
+	if (dedup_retention < 0)
+		return NULL;
 	window = palloc0(sizeof(Interval));
 	window->time = (int64) dedup_retention * USECS_PER_SEC;
-	return IntervalPGetDatum(window);
+	return window;
+}
+
+/* Does the window move every component back, by at most 100 years? */
+static bool
+window_is_valid(const Interval *window)
+{
+	if (window->month < 0 || window->day < 0 || window->time < 0 ||
+		(window->month == 0 && window->day == 0 && window->time == 0))
+		return false;
+	if (window->month > MAX_WINDOW_DAYS / 30 || window->day > MAX_WINDOW_DAYS ||
+		window->time > (int64) MAX_WINDOW_DAYS * USECS_PER_DAY)
+		return false;
+	return window->time / USECS_PER_DAY + window->day +
+		(int64) window->month * 30 <= MAX_WINDOW_DAYS;
+}
+
+/*
+ * The retention rule: set *cutoff to the time before which a consumer whose
+ * latest claim is latest has expired rows, and return true; return false
+ * when nothing of it expires (window NULL: forever) or its window is
+ * invalid (*invalid set).
+ */
+static bool
+retention_cutoff(TimestampTz latest, const Interval *window,
+				 TimestampTz *cutoff, bool *invalid)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	*invalid = false;
+	if (window == NULL)
+		return false;
+	if (!window_is_valid(window) || latest < EARLIEST_LATEST_CLAIM)
+	{
+		*invalid = true;
+		return false;
+	}
+	latest = Min(latest, now);
+	*cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+													  TimestampTzGetDatum(latest),
+													  IntervalPGetDatum(window)));
+	return true;
 }
 
 /*
@@ -64,151 +131,381 @@ default_retention(bool *isnull)
 Datum
 dedup_default_retention(PG_FUNCTION_ARGS)
 {
-	bool		isnull;
-	Datum		window = default_retention(&isnull);
+	Interval   *window = default_retention();
 
-	if (isnull)
+	if (window == NULL)
 		PG_RETURN_NULL();
-	PG_RETURN_DATUM(window);
+	PG_RETURN_INTERVAL_P(window);
 }
 
 /*
- * The consumers of processed_messages that have expired rows, each with its
- * cutoff, allocated in the caller's memory context.  Consumers are listed
- * with a skip scan of the primary key (one index probe per consumer), and
- * each one's latest claim is read from the (consumer_name, processed_at)
- * index, so the cost grows with the number of consumers, not rows.
+ * dedup_retention_cutoff(latest timestamptz, retention interval)
+ * RETURNS timestamptz
+ *
+ * The retention rule for the views: rows older than the result are
+ * expired.  NULL when nothing expires: no claim, a window of NULL
+ * (forever), or an invalid window.
  */
-List *
-dedup_sweep_targets(Oid schema, const char *only_consumer)
+Datum
+dedup_retention_cutoff(PG_FUNCTION_ARGS)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
-	char	   *messages = qualified_table(schema, "processed_messages");
-	char	   *retention = qualified_table(schema, "dedup_retention");
-	char	   *query;
-	Oid			argtypes[2] = {INTERVALOID, TEXTOID};
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-	List	   *targets = NIL;
-	bool		isnull;
-	int			ret;
+	TimestampTz cutoff;
+	bool		invalid;
 
-	query = psprintf(
-					 "WITH RECURSIVE consumers(name) AS ("
-					 "    (SELECT m.consumer_name FROM %s m"
-					 "      ORDER BY m.consumer_name LIMIT 1)"
-					 "  UNION ALL"
-					 "    SELECT (SELECT m.consumer_name FROM %s m"
-					 "             WHERE m.consumer_name OPERATOR(pg_catalog.>) c.name"
-					 "             ORDER BY m.consumer_name LIMIT 1)"
-					 "      FROM consumers c WHERE c.name IS NOT NULL"
-					 ")"
-					 " SELECT c.name,"
-					 "        (SELECT pg_catalog.max(m.processed_at) FROM %s m"
-					 "          WHERE m.consumer_name OPERATOR(pg_catalog.=) c.name)"
-					 "        OPERATOR(pg_catalog.-)"
-					 "        CASE WHEN r.consumer_name IS NULL THEN $1 ELSE r.retention END"
-					 "   FROM consumers c LEFT JOIN %s r"
-					 "        ON r.consumer_name OPERATOR(pg_catalog.=) c.name"
-					 "  WHERE c.name IS NOT NULL"
-					 "    AND ($2 IS NULL OR c.name OPERATOR(pg_catalog.=) $2)"
-					 "    AND CASE WHEN r.consumer_name IS NULL THEN $1 ELSE r.retention END"
-					 "        IS NOT NULL",
-					 messages, messages, messages, retention);
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) ||
+		!retention_cutoff(PG_GETARG_TIMESTAMPTZ(0), PG_GETARG_INTERVAL_P(1),
+						  &cutoff, &invalid))
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(cutoff);
+}
 
-	values[0] = default_retention(&isnull);
-	nulls[0] = isnull ? 'n' : ' ';
-	if (only_consumer == NULL)
-		nulls[1] = 'n';
-	else
-		values[1] = CStringGetTextDatum(only_consumer);
+/*
+ * dedup_retention_is_valid(retention interval) RETURNS boolean, STRICT:
+ * the check constraint of dedup_retention.retention.
+ */
+Datum
+dedup_retention_is_valid(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(window_is_valid(PG_GETARG_INTERVAL_P(0)));
+}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	ret = SPI_execute_with_args(query, 2, argtypes, values, nulls, true, 0);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "listing expired claims failed: %s",
-			 SPI_result_code_string(ret));
+/*
+ * dedup_valid_retention(retention interval) RETURNS interval
+ *
+ * The window, or the error a caller of dedup_set_retention must see.
+ */
+Datum
+dedup_valid_retention(PG_FUNCTION_ARGS)
+{
+	Interval   *window;
 
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		cutoff = SPI_getbinval(tuple, desc, 2, &isnull);
-		MemoryContext spi_context;
-		DedupSweepTarget *target;
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"retention\" of dedup_set_retention must not be null"),
+				 errhint("Use dedup_keep_forever(consumer) to keep a consumer's claims forever.")));
+	window = PG_GETARG_INTERVAL_P(0);
+	if (!window_is_valid(window))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid retention window: %s",
+						DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(window)))),
+				 errdetail("A window must be positive in every part (no negative months, days or time) and at most 100 years."),
+				 errhint("Use dedup_keep_forever(consumer) to keep a consumer's claims forever.")));
+	PG_RETURN_INTERVAL_P(window);
+}
 
-		/* a consumer whose latest claim is NULL cannot exist; be safe */
-		if (isnull)
-			continue;
-		spi_context = MemoryContextSwitchTo(caller_context);
-		target = palloc(sizeof(DedupSweepTarget));
-		target->consumer = TextDatumGetCString(SPI_getbinval(tuple, desc, 1,
-															 &isnull));
-		target->cutoff = DatumGetTimestampTz(cutoff);
-		targets = lappend(targets, target);
-		MemoryContextSwitchTo(spi_context);
-	}
-	SPI_finish();
-	return targets;
+/*
+ * dedup_valid_consumer(consumer text, function_name text) RETURNS text
+ *
+ * The consumer name, or the error a caller of the maintenance function
+ * function_name must see.
+ */
+Datum
+dedup_valid_consumer(PG_FUNCTION_ARGS)
+{
+	const char *function_name = PG_ARGISNULL(1) ? "dedup" :
+		text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"consumer\" of %s must not be null",
+						function_name)));
+	PG_RETURN_DATUM(PG_GETARG_DATUM(0));
 }
 
 /*
  * Take the lock that keeps two sweeps of this database apart, for the rest
- * of the transaction: an advisory lock keyed on processed_messages (OID
- * messages).  With
- * !wait, return false at once if another sweep holds it.
+ * of the transaction, on processed_messages (OID messages).  With !wait,
+ * return false at once if another sweep holds it.
  *
- * Sweeps need not lock the rows they delete (which would take UPDATE
- * privilege): no other sweep deletes at the same time, and claims never
- * lock existing rows.
+ * It is a lock of the advisory lock method on a tag that no SQL function
+ * can build (pg_advisory_lock() and friends use 1 and 2 in the last field),
+ * so no role, however it connects, can take it and stop retention; it
+ * shows up in pg_locks as an advisory lock with objsubid DEDUP_SWEEP_LOCK_TAG.
+ *
+ * Sweeps need not lock the rows they delete: no other sweep deletes at the
+ * same time, and claims never lock existing rows.
  */
 bool
 dedup_sweep_lock(Oid messages, bool wait)
 {
 	LOCKTAG		tag;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, messages, DEDUP_SWEEP_LOCK_KEY, 2);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, messages, DEDUP_SWEEP_LOCK_KEY,
+						 DEDUP_SWEEP_LOCK_TAG);
 	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
- * Delete at most batch_size expired rows of one consumer, oldest first, and
- * return how many were deleted.  The rows are found through the
- * (consumer_name, processed_at) index.  The caller holds dedup_sweep_lock.
+ * Raise the error a sweep by role must end with if role may not do what a
+ * DELETE of expired rows would need: USAGE on the schema, SELECT and DELETE
+ * on processed_messages, SELECT on dedup_retention.  The sweep itself runs
+ * no SQL, but dedup.sweep_role still says who may sweep.
+ */
+void
+dedup_sweep_check_role(const DedupRelations *rels, Oid role)
+{
+	AclResult	result;
+
+#if PG_VERSION_NUM >= 160000
+	result = object_aclcheck(NamespaceRelationId, rels->schema, role, ACL_USAGE);
+#else
+	result = pg_namespace_aclcheck(rels->schema, role, ACL_USAGE);
+#endif
+	if (result != ACLCHECK_OK)
+		aclcheck_error(result, OBJECT_SCHEMA, get_namespace_name(rels->schema));
+	result = pg_class_aclcheck(rels->messages, role, ACL_SELECT | ACL_DELETE);
+	if (result != ACLCHECK_OK)
+		aclcheck_error(result, OBJECT_TABLE, get_rel_name(rels->messages));
+	result = pg_class_aclcheck(rels->retention, role, ACL_SELECT);
+	if (result != ACLCHECK_OK)
+		aclcheck_error(result, OBJECT_TABLE, get_rel_name(rels->retention));
+}
+
+/*
+ * Begin an index scan of index on rel, with key column attno compared to
+ * value by strategy (a btree operator of text or timestamptz).
+ */
+static void
+scan_key(ScanKey key, Relation index, AttrNumber attno, StrategyNumber strategy,
+		 Datum value)
+{
+	static const struct
+	{
+		Oid			type;
+		StrategyNumber strategy;
+		RegProcedure proc;
+	}			procs[] =
+	{
+		{TEXTOID, BTEqualStrategyNumber, F_TEXTEQ},
+		{TEXTOID, BTGreaterStrategyNumber, F_TEXT_GT},
+		{TIMESTAMPTZOID, BTLessStrategyNumber, F_TIMESTAMPTZ_LT},
+		{TIMESTAMPTZOID, BTGreaterEqualStrategyNumber, F_TIMESTAMPTZ_GE},
+	};
+	Oid			type = attno == 1 ? TEXTOID : TIMESTAMPTZOID;
+
+	for (int i = 0; i < lengthof(procs); i++)
+	{
+		if (procs[i].type == type && procs[i].strategy == strategy)
+		{
+			ScanKeyEntryInitialize(key, 0, attno, strategy, type,
+								   index->rd_indcollation[attno - 1],
+								   procs[i].proc, value);
+			return;
+		}
+	}
+	elog(ERROR, "no scan key procedure for strategy %d", strategy);
+}
+
+/*
+ * The first row of the (consumer_name, processed_at) index in direction dir
+ * that matches keys and is visible: its consumer (copied) and time.
+ */
+static bool
+first_row(Relation rel, Relation index, ScanKey keys, int nkeys,
+		  ScanDirection dir, TupleTableSlot *slot, text **consumer,
+		  TimestampTz *processed_at)
+{
+	IndexScanDesc scan = index_beginscan(rel, index, GetActiveSnapshot(),
+										 nkeys, 0);
+	bool		found;
+
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	found = index_getnext_slot(scan, dir, slot);
+	if (found)
+	{
+		bool		isnull;
+
+		if (consumer != NULL)
+			*consumer = DatumGetTextPCopy(slot_getattr(slot, 1, &isnull));
+		*processed_at = DatumGetTimestampTz(slot_getattr(slot, 3, &isnull));
+		ExecClearTuple(slot);
+	}
+	index_endscan(scan);
+	return found;
+}
+
+/*
+ * The consumer's window: its dedup_retention row (NULL: forever), else
+ * dedup.retention.
+ */
+static Interval *
+consumer_window(const DedupRelations *rels, text *consumer)
+{
+	Relation	rel = table_open(rels->retention, AccessShareLock);
+	Relation	index = index_open(rels->retention_key, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	IndexScanDesc scan;
+	ScanKeyData key;
+	Interval   *window;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, TEXTOID,
+						   index->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(consumer));
+	scan = index_beginscan(rel, index, GetActiveSnapshot(), 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		value = slot_getattr(slot, 2, &isnull);
+
+		window = isnull ? NULL : DatumGetIntervalP(datumCopy(value, false,
+															 sizeof(Interval)));
+	}
+	else
+		window = default_retention();
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return window;
+}
+
+/*
+ * The consumers of processed_messages that have expired rows, each with its
+ * cutoff, allocated in the caller's memory context: all of them, or only
+ * only_consumer.  One index probe per consumer to find it, one for its
+ * latest claim, one for its window.  Consumers with an invalid window are
+ * left out, with a WARNING.
+ */
+List *
+dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
+{
+	Relation	rel = table_open(rels->messages, AccessShareLock);
+	Relation	index = index_open(rels->messages_time, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	List	   *targets = NIL;
+	text	   *consumer = NULL;
+	ScanKeyData key;
+
+	for (;;)
+	{
+		TimestampTz latest;
+		TimestampTz cutoff;
+		Interval   *window;
+		bool		invalid;
+		DedupSweepTarget *target;
+
+		CHECK_FOR_INTERRUPTS();
+		if (only_consumer != NULL)
+		{
+			if (consumer != NULL)
+				break;
+			consumer = cstring_to_text(only_consumer);
+		}
+		else
+		{
+			/* the next consumer: the first index entry past the last one */
+			scan_key(&key, index, 1, BTGreaterStrategyNumber,
+					 PointerGetDatum(consumer));
+			if (!first_row(rel, index, &key, consumer ? 1 : 0,
+						   ForwardScanDirection, slot, &consumer, &latest))
+				break;
+		}
+
+		/* its latest claim: the last index entry of the consumer */
+		scan_key(&key, index, 1, BTEqualStrategyNumber,
+				 PointerGetDatum(consumer));
+		if (!first_row(rel, index, &key, 1, BackwardScanDirection, slot,
+					   NULL, &latest))
+			continue;
+
+		window = consumer_window(rels, consumer);
+		if (!retention_cutoff(latest, window, &cutoff, &invalid))
+		{
+			if (invalid)
+				ereport(WARNING,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("claims of consumer \"%s\" are kept: its retention window %s is invalid",
+								text_to_cstring(consumer),
+								DatumGetCString(DirectFunctionCall1(interval_out,
+																	IntervalPGetDatum(window)))),
+						 errhint("Set a window of at most 100 years with dedup_set_retention().")));
+			continue;
+		}
+
+		target = palloc(sizeof(DedupSweepTarget));
+		target->consumer = consumer;
+		target->cutoff = cutoff;
+		target->resume = DT_NOBEGIN;
+		targets = lappend(targets, target);
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return targets;
+}
+
+/*
+ * Delete the expired rows of one consumer, oldest first, at most batch_size
+ * of them (0: all), starting where the previous batch for this target
+ * stopped, and return how many were deleted.  The caller holds
+ * dedup_sweep_lock and a snapshot.
+ *
+ * The rows are read from the (consumer_name, processed_at) index and
+ * deleted by TID, waiting for a transaction that has locked one (the
+ * sweeper bounds that wait with lock_timeout).  A row that someone else
+ * deleted meanwhile is skipped.  Claims never update rows.
  */
 uint64
-dedup_sweep_batch(Oid schema, DedupSweepTarget *target, int batch_size)
+dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
+				  int batch_size)
 {
-	char	   *messages = qualified_table(schema, "processed_messages");
-	char	   *query;
-	Oid			argtypes[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
-	Datum		values[3];
-	uint64		deleted;
-	int			ret;
+	Relation	rel = table_open(rels->messages, RowExclusiveLock);
+	Relation	index = index_open(rels->messages_time, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	Snapshot	snapshot = GetActiveSnapshot();
+	CommandId	cid = GetCurrentCommandId(true);
+	ScanKeyData keys[3];
+	IndexScanDesc scan;
+	uint64		deleted = 0;
 
-	query = psprintf(
-					 "DELETE FROM %s"
-					 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-					 "   SELECT m.ctid FROM %s m"
-					 "    WHERE m.consumer_name OPERATOR(pg_catalog.=) $1"
-					 "      AND m.processed_at OPERATOR(pg_catalog.<) $2"
-					 "    ORDER BY m.processed_at"
-					 "    LIMIT $3))",
-					 messages, messages);
-	values[0] = CStringGetTextDatum(target->consumer);
-	values[1] = TimestampTzGetDatum(target->cutoff);
-	values[2] = Int32GetDatum(batch_size);
+	scan_key(&keys[0], index, 1, BTEqualStrategyNumber,
+			 PointerGetDatum(target->consumer));
+	scan_key(&keys[1], index, 2, BTLessStrategyNumber,
+			 TimestampTzGetDatum(target->cutoff));
+	scan_key(&keys[2], index, 2, BTGreaterEqualStrategyNumber,
+			 TimestampTzGetDatum(target->resume));
+	scan = index_beginscan(rel, index, snapshot, 3, 0);
+	index_rescan(scan, keys, 3, NULL, 0);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	ret = SPI_execute_with_args(query, 3, argtypes, values, NULL, false, 0);
-	if (ret != SPI_OK_DELETE)
-		elog(ERROR, "deleting expired claims failed: %s",
-			 SPI_result_code_string(ret));
-	deleted = SPI_processed;
-	SPI_finish();
+	while ((batch_size == 0 || deleted < (uint64) batch_size) &&
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		TM_FailureData tmfd;
+		TM_Result	result;
+		bool		isnull;
+		ItemPointerData tid = slot->tts_tid;
+
+		CHECK_FOR_INTERRUPTS();
+		target->resume = DatumGetTimestampTz(slot_getattr(slot, 3, &isnull));
+		ExecClearTuple(slot);
+
+		result = table_tuple_delete(rel, &tid, cid, snapshot, InvalidSnapshot,
+									true, &tmfd, false);
+		switch (result)
+		{
+			case TM_Ok:
+				deleted++;
+				break;
+			case TM_SelfModified:
+			case TM_Updated:
+			case TM_Deleted:
+				/* gone already, or being replaced: not ours to delete */
+				break;
+			default:
+				elog(ERROR, "unexpected table_tuple_delete status: %u", result);
+		}
+	}
+
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(rel, NoLock);
 	return deleted;
 }
 
@@ -216,13 +513,13 @@ dedup_sweep_batch(Oid schema, DedupSweepTarget *target, int batch_size)
  * dedup_sweep(consumer text DEFAULT NULL) RETURNS bigint
  *
  * Delete every expired row now (of one consumer, if given) and return how
- * many were deleted.  Runs in the caller's transaction, batch by batch.
+ * many were deleted, in the caller's transaction.
  */
 Datum
 dedup_sweep(PG_FUNCTION_ARGS)
 {
 	char	   *only_consumer = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
-	Oid			schema;
+	const DedupRelations *rels;
 	List	   *targets;
 	ListCell   *lc;
 	int64		total = 0;
@@ -230,21 +527,10 @@ dedup_sweep(PG_FUNCTION_ARGS)
 	PreventCommandDuringRecovery("dedup_sweep()");
 	PreventCommandIfReadOnly("dedup_sweep()");
 
-	schema = dedup_extension_schema(false);
-	(void) dedup_sweep_lock(get_relname_relid("processed_messages", schema),
-							true);
-	targets = dedup_sweep_targets(schema, only_consumer);
+	rels = dedup_relations(false);
+	(void) dedup_sweep_lock(rels->messages, true);
+	targets = dedup_sweep_targets(rels, only_consumer);
 	foreach(lc, targets)
-	{
-		DedupSweepTarget *target = lfirst(lc);
-		uint64		deleted;
-
-		do
-		{
-			CHECK_FOR_INTERRUPTS();
-			deleted = dedup_sweep_batch(schema, target, dedup_sweep_batch_size);
-			total += deleted;
-		} while (deleted == (uint64) dedup_sweep_batch_size);
-	}
+		total += dedup_sweep_batch(rels, lfirst(lc), 0);
 	PG_RETURN_INT64(total);
 }

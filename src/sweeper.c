@@ -13,8 +13,10 @@
  * DATABASE, which otherwise fail while a session is connected; and it stops
  * after dedup.sweep_max_duration.
  *
- * The deletes run with the privileges of dedup.sweep_role, or of the owner
- * of processed_messages, as a security-restricted operation.
+ * It runs no SQL: rows are found and deleted through the table's index, by
+ * OID (sweep.c).  It sweeps only if dedup.sweep_role, or else the owner of
+ * processed_messages, has the privileges a DELETE of expired rows would
+ * need.
  *
  *-------------------------------------------------------------------------
  */
@@ -99,53 +101,49 @@ sweeper_database_wanted(void)
 
 /*
  * Start a sweep transaction: take the table locks and the sweep lock
- * without waiting, in a fixed order, and switch to the sweep role.  Returns
- * the extension's schema, or InvalidOid (with *busy false) when dedup is not
- * installed, or InvalidOid (with *busy true) when a lock is not free now.
+ * without waiting, in a fixed order, and check that the sweep role may
+ * delete expired rows.  Returns the extension's tables, or NULL (with *busy
+ * false) when dedup is not installed, or NULL (with *busy true) when a lock
+ * is not free now.
  */
-static Oid
+static const DedupRelations *
 sweeper_begin(LOCKMODE messages_lock, bool *busy)
 {
-	Oid			schema;
-	Oid			messages;
-	Oid			retention;
+	const DedupRelations *rels;
 	Oid			role;
 
 	*busy = false;
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 
-	schema = dedup_extension_schema(true);
-	if (!OidIsValid(schema))
-		return InvalidOid;
-	messages = get_relname_relid("processed_messages", schema);
-	retention = get_relname_relid("dedup_retention", schema);
-	if (!OidIsValid(messages) || !OidIsValid(retention))
-		return InvalidOid;
-	if (!ConditionalLockRelationOid(messages, messages_lock) ||
-		!ConditionalLockRelationOid(retention, AccessShareLock) ||
-		!dedup_sweep_lock(messages, false))
+	rels = dedup_relations(true);
+	if (rels == NULL)
+		return NULL;
+	if (!ConditionalLockRelationOid(rels->messages, messages_lock) ||
+		!ConditionalLockRelationOid(rels->retention, AccessShareLock) ||
+		!dedup_sweep_lock(rels->messages, false))
 	{
 		*busy = true;
-		return InvalidOid;
+		return NULL;
 	}
 	/* DROP EXTENSION may have committed before we got the locks */
-	if (get_relname_relid("processed_messages", schema) != messages)
-		return InvalidOid;
+	rels = dedup_relations(true);
+	if (rels == NULL)
+		return NULL;
 
 	if (dedup_sweep_role[0] != '\0')
 		role = get_role_oid(dedup_sweep_role, false);
 	else
 	{
-		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(messages));
+		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(rels->messages));
 
 		if (!HeapTupleIsValid(tuple))
-			elog(ERROR, "cache lookup failed for relation %u", messages);
+			elog(ERROR, "cache lookup failed for relation %u", rels->messages);
 		role = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 		ReleaseSysCache(tuple);
 	}
-	SetUserIdAndSecContext(role, SECURITY_RESTRICTED_OPERATION);
-	return schema;
+	dedup_sweep_check_role(rels, role);
+	return rels;
 }
 
 /* Commit a sweep transaction; the user ID is restored with it. */
@@ -164,21 +162,18 @@ sweeper_sweep(TimestampTz start)
 	TimestampTz deadline = 0;
 	MemoryContext sweep_context = CurrentMemoryContext;
 	MemoryContext oldcontext;
+	const DedupRelations *rels;
 	List	   *targets;
 	ListCell   *lc;
-	Oid			schema;
 	bool		busy;
-	Oid			saved_user;
-	int			saved_sec_context;
 
 	if (dedup_sweep_max_duration > 0)
 		deadline = TimestampTzPlusMilliseconds(start,
 											   dedup_sweep_max_duration * 1000L);
-	GetUserIdAndSecContext(&saved_user, &saved_sec_context);
 
 	/* first, in one short transaction: which consumers have expired rows */
-	schema = sweeper_begin(AccessShareLock, &busy);
-	if (!OidIsValid(schema))
+	rels = sweeper_begin(AccessShareLock, &busy);
+	if (rels == NULL)
 	{
 		sweeper_end();
 		return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
@@ -186,9 +181,8 @@ sweeper_sweep(TimestampTz start)
 	pgstat_report_activity(STATE_RUNNING, "dedup sweep: listing expired claims");
 	/* the list must outlive the transaction */
 	oldcontext = MemoryContextSwitchTo(sweep_context);
-	targets = dedup_sweep_targets(schema, NULL);
+	targets = dedup_sweep_targets(rels, NULL);
 	MemoryContextSwitchTo(oldcontext);
-	SetUserIdAndSecContext(saved_user, saved_sec_context);
 	sweeper_end();
 
 	/* then the deletes, one batch per transaction */
@@ -205,15 +199,14 @@ sweeper_sweep(TimestampTz start)
 			if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 				return DEDUP_SWEEP_PARTIAL;
 
-			schema = sweeper_begin(RowExclusiveLock, &busy);
-			if (!OidIsValid(schema))
+			rels = sweeper_begin(RowExclusiveLock, &busy);
+			if (rels == NULL)
 			{
 				sweeper_end();
 				return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
 			}
 			pgstat_report_activity(STATE_RUNNING, "dedup sweep: deleting expired claims");
-			deleted = dedup_sweep_batch(schema, target, dedup_sweep_batch_size);
-			SetUserIdAndSecContext(saved_user, saved_sec_context);
+			deleted = dedup_sweep_batch(rels, target, dedup_sweep_batch_size);
 			sweeper_end();
 			sweeper_count_rows(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
