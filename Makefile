@@ -18,7 +18,7 @@ OBJS = \
 	src/sweeper.o
 
 EXTENSION = dedup
-DATA = sql/dedup--1.0.sql
+DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
 REGRESS = claim claim_errors claim_security retention stats

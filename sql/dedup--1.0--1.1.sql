@@ -1,0 +1,310 @@
+/* sql/dedup--1.0--1.1.sql: from dedup 1.0 to 1.1 */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION dedup UPDATE TO '1.1'" to load this file. \quit
+
+/*
+ * The same rules as the install script: everything schema-qualified,
+ * operators included; CREATE OR REPLACE only for functions that are already
+ * members of the extension (it fails for anything else).
+ */
+
+/*
+ * The claim writes processed_messages itself, by OID, so it no longer needs
+ * its owner's rights: it runs as the caller, which is what the
+ * per-consumer claimant check (dedup_consumer_roles) looks at.
+ */
+ALTER FUNCTION @extschema@.dedup_claim(text, text) SECURITY INVOKER;
+
+/*
+ * Retention windows.  A valid window moves every component back and is at
+ * most 100 years; the constraint is NOT VALID so that an upgrade never fails
+ * on a row 1.0 accepted (the sweep keeps such a consumer's claims, the
+ * views show its window as invalid).
+ */
+CREATE FUNCTION @extschema@.dedup_retention_is_valid(retention interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_retention_is_valid'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.dedup_retention_cutoff(latest timestamptz, retention interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'dedup_retention_cutoff'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.dedup_valid_retention(retention interval)
+RETURNS interval
+AS 'MODULE_PATHNAME', 'dedup_valid_retention'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.dedup_valid_consumer(consumer text, function_name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'dedup_valid_consumer'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+ALTER TABLE @extschema@.dedup_retention
+	DROP CONSTRAINT dedup_retention_positive,
+	ADD CONSTRAINT dedup_retention_valid
+		CHECK (@extschema@.dedup_retention_is_valid(retention)) NOT VALID;
+
+/*
+ * The maintenance functions are bound to the extension's objects when they
+ * are created (BEGIN ATOMIC), so renaming or replacing a schema later cannot
+ * redirect them; SECURITY DEFINER, so that EXECUTE is all a maintenance role
+ * needs, and all it can do is what the function does.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.dedup_set_retention(consumer text, retention interval)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	INSERT INTO @extschema@.dedup_retention AS r (consumer_name, retention)
+		 VALUES (@extschema@.dedup_valid_consumer(consumer, 'dedup_set_retention'),
+				 @extschema@.dedup_valid_retention(retention))
+	ON CONFLICT (consumer_name) DO UPDATE SET retention = excluded.retention;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.dedup_keep_forever(consumer text)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	INSERT INTO @extschema@.dedup_retention AS r (consumer_name, retention)
+		 VALUES (@extschema@.dedup_valid_consumer(consumer, 'dedup_keep_forever'), NULL)
+	ON CONFLICT (consumer_name) DO UPDATE SET retention = NULL;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.dedup_reset_retention(consumer text)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_reset_retention');
+	WITH deleted AS (
+		DELETE FROM @extschema@.dedup_retention r
+		 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer
+		RETURNING 1)
+	SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 FROM deleted;
+END;
+
+/*
+ * Who may claim for whom.  When a consumer has rows here, only members of
+ * those roles may claim for it; dedup.require_consumer_roles = on makes
+ * every consumer need one.  A statement trigger tells every backend about a
+ * change (claims cache whether the table is empty).
+ */
+CREATE TABLE @extschema@.dedup_consumer_roles (
+	consumer_name text NOT NULL,
+	claimant regrole NOT NULL,
+	CONSTRAINT dedup_consumer_roles_pkey PRIMARY KEY (consumer_name, claimant)
+);
+COMMENT ON TABLE @extschema@.dedup_consumer_roles IS
+	'dedup: which roles may claim for a consumer; consumers without a row are open to every claimant unless dedup.require_consumer_roles is on';
+
+SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass, '')
+  FROM pg_catalog.pg_class c
+ WHERE c.relnamespace OPERATOR(pg_catalog.=)
+	   (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup')
+   AND c.relname OPERATOR(pg_catalog.=) 'dedup_consumer_roles';
+
+CREATE FUNCTION @extschema@.dedup_consumer_roles_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'dedup_consumer_roles_changed'
+LANGUAGE C;
+
+CREATE TRIGGER dedup_consumer_roles_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.dedup_consumer_roles
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+
+/* dedup_allow_claimant(consumer, role): role (and its members) may claim for consumer */
+CREATE FUNCTION @extschema@.dedup_allow_claimant(consumer text, claimant regrole)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	INSERT INTO @extschema@.dedup_consumer_roles (consumer_name, claimant)
+		 VALUES (@extschema@.dedup_valid_consumer(consumer, 'dedup_allow_claimant'),
+				 claimant)
+	ON CONFLICT DO NOTHING;
+END;
+
+/* dedup_disallow_claimant(consumer, role): undo it; true if it was allowed */
+CREATE FUNCTION @extschema@.dedup_disallow_claimant(consumer text, claimant regrole)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_disallow_claimant');
+	WITH deleted AS (
+		DELETE FROM @extschema@.dedup_consumer_roles r
+		 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer
+		   AND r.claimant OPERATOR(pg_catalog.=) claimant
+		RETURNING 1)
+	SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 FROM deleted;
+END;
+
+REVOKE ALL ON TABLE @extschema@.dedup_consumer_roles FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_consumer_roles_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_allow_claimant(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_disallow_claimant(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_retention_is_valid(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_retention_cutoff(timestamptz, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_valid_retention(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_valid_consumer(text, text) FROM PUBLIC;
+
+/*
+ * Storage figures follow the 1.1 retention rule (counted back from the
+ * earlier of the latest claim and now; an invalid window expires nothing
+ * and says so), and count claims dated in the future.
+ */
+DROP VIEW @extschema@.dedup_stats;
+DROP VIEW @extschema@.dedup_storage;
+DROP FUNCTION @extschema@.dedup_consumer_storage();
+
+CREATE FUNCTION @extschema@.dedup_consumer_storage(
+	OUT consumer text,
+	OUT records_estimate bigint,
+	OUT oldest_record_at timestamptz,
+	OUT latest_record_at timestamptz,
+	OUT retention interval,
+	OUT keep_forever boolean,
+	OUT retention_valid boolean,
+	OUT expired_backlog bigint,
+	OUT future_records bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+BEGIN ATOMIC
+	WITH RECURSIVE with_rows(name) AS (
+		(SELECT m.consumer_name FROM @extschema@.processed_messages m
+		  ORDER BY m.consumer_name LIMIT 1)
+	  UNION ALL
+		SELECT (SELECT m.consumer_name FROM @extschema@.processed_messages m
+				 WHERE m.consumer_name OPERATOR(pg_catalog.>) w.name
+				 ORDER BY m.consumer_name LIMIT 1)
+		  FROM with_rows w WHERE w.name IS NOT NULL
+	),
+	consumers(name) AS (
+		SELECT w.name FROM with_rows w WHERE w.name IS NOT NULL
+		UNION
+		SELECT r.consumer_name FROM @extschema@.dedup_retention r
+	),
+	stats AS (
+		SELECT s.most_common_vals::pg_catalog.text::pg_catalog.text[] AS vals,
+			   s.most_common_freqs AS freqs,
+			   s.null_frac,
+			   CASE WHEN s.n_distinct OPERATOR(pg_catalog.>=) 0 THEN s.n_distinct
+					ELSE (OPERATOR(pg_catalog.-) s.n_distinct) OPERATOR(pg_catalog.*) c.reltuples
+			   END AS distinct_values,
+			   c.reltuples
+		  FROM pg_catalog.pg_class c
+		  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+		  JOIN pg_catalog.pg_stats s
+			ON s.schemaname OPERATOR(pg_catalog.=) n.nspname
+		   AND s.tablename OPERATOR(pg_catalog.=) c.relname
+		   AND s.attname OPERATOR(pg_catalog.=) 'consumer_name'
+		 WHERE c.oid OPERATOR(pg_catalog.=) 'processed_messages'::pg_catalog.regclass
+		   AND c.reltuples OPERATOR(pg_catalog.>=) 0
+	),
+	windows AS (
+		SELECT c.name,
+			   (SELECT pg_catalog.min(m.processed_at) FROM @extschema@.processed_messages m
+				 WHERE m.consumer_name OPERATOR(pg_catalog.=) c.name) AS oldest,
+			   (SELECT pg_catalog.max(m.processed_at) FROM @extschema@.processed_messages m
+				 WHERE m.consumer_name OPERATOR(pg_catalog.=) c.name) AS latest,
+			   CASE WHEN r.consumer_name IS NULL THEN @extschema@.dedup_default_retention()
+					ELSE r.retention END AS retention
+		  FROM consumers c
+		  LEFT JOIN @extschema@.dedup_retention r ON r.consumer_name OPERATOR(pg_catalog.=) c.name
+	)
+	SELECT w.name,
+		   (SELECT CASE
+				WHEN w.name OPERATOR(pg_catalog.=) ANY (s.vals) THEN
+					pg_catalog.round(s.freqs[pg_catalog.array_position(s.vals, w.name)]
+									 OPERATOR(pg_catalog.*) s.reltuples)
+				ELSE
+					pg_catalog.round((1 OPERATOR(pg_catalog.-) s.null_frac
+									  OPERATOR(pg_catalog.-) COALESCE((SELECT pg_catalog.sum(f) FROM pg_catalog.unnest(s.freqs) f), 0))
+									 OPERATOR(pg_catalog.*) s.reltuples
+									 OPERATOR(pg_catalog./) GREATEST(s.distinct_values
+											OPERATOR(pg_catalog.-) COALESCE(pg_catalog.cardinality(s.vals), 0), 1))
+			   END::pg_catalog.int8 FROM stats s),
+		   w.oldest,
+		   w.latest,
+		   w.retention,
+		   w.retention IS NULL,
+		   COALESCE(@extschema@.dedup_retention_is_valid(w.retention), true),
+		   COALESCE((SELECT pg_catalog.count(*) FROM
+						(SELECT FROM @extschema@.processed_messages m
+						  WHERE m.consumer_name OPERATOR(pg_catalog.=) w.name
+							AND m.processed_at OPERATOR(pg_catalog.<)
+								@extschema@.dedup_retention_cutoff(w.latest, w.retention)
+						  LIMIT 100000) expired), 0),
+		   (SELECT pg_catalog.count(*) FROM
+				(SELECT FROM @extschema@.processed_messages m
+				  WHERE m.consumer_name OPERATOR(pg_catalog.=) w.name
+					AND m.processed_at OPERATOR(pg_catalog.>) pg_catalog.now()
+				  LIMIT 100000) future)
+	  FROM windows w;
+END;
+
+/* dedup_stats: per consumer of this database, counters and storage */
+CREATE VIEW @extschema@.dedup_stats AS
+	SELECT COALESCE(c.consumer, s.consumer) AS consumer,
+		   c.claims,
+		   c.duplicates,
+		   c.lock_waits,
+		   c.serialization_failures,
+		   c.last_claim_at,
+		   c.last_duplicate_at,
+		   s.records_estimate,
+		   s.oldest_record_at,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_record_at AS oldest_record_age,
+		   s.latest_record_at,
+		   CASE WHEN s.keep_forever THEN 'forever'
+				WHEN NOT s.retention_valid THEN 'invalid: ' OPERATOR(pg_catalog.||) s.retention::pg_catalog.text
+				ELSE pg_catalog.justify_hours(s.retention)::pg_catalog.text END AS retention,
+		   s.expired_backlog,
+		   s.future_records,
+		   CASE WHEN @extschema@.dedup_counters_status() OPERATOR(pg_catalog.<>) 'on'
+				THEN @extschema@.dedup_counters_status()
+				WHEN c.consumer IS NULL THEN 'not counted'
+				ELSE 'on' END AS counters,
+		   c.counters_since
+	  FROM @extschema@.dedup_claim_counters() c
+	  FULL JOIN @extschema@.dedup_consumer_storage() s
+		ON s.consumer OPERATOR(pg_catalog.=) c.consumer;
+COMMENT ON VIEW @extschema@.dedup_stats IS
+	'dedup: claims, duplicates and storage per consumer in this database';
+
+/* dedup_storage: this database's record table, its growth and its sweeper */
+CREATE VIEW @extschema@.dedup_storage AS
+	SELECT pg_catalog.pg_table_size(t.oid) AS table_bytes,
+		   pg_catalog.pg_indexes_size(t.oid) AS index_bytes,
+		   pg_catalog.pg_total_relation_size(t.oid) AS total_bytes,
+		   CASE WHEN t.reltuples OPERATOR(pg_catalog.>=) 0
+				THEN t.reltuples::pg_catalog.int8 END AS rows_estimate,
+		   st.consumers,
+		   st.expired_backlog,
+		   st.future_records,
+		   w.sweeper_running,
+		   w.last_sweep_end,
+		   w.last_sweep_outcome,
+		   w.total_rows_deleted,
+		   w.last_error,
+		   w.last_error_at,
+		   w.next_sweep
+	  FROM pg_catalog.pg_class t
+	  JOIN pg_catalog.pg_extension e
+		ON e.extnamespace OPERATOR(pg_catalog.=) t.relnamespace
+	   AND e.extname OPERATOR(pg_catalog.=) 'dedup'
+	 CROSS JOIN (SELECT pg_catalog.count(*) AS consumers,
+						COALESCE(pg_catalog.sum(x.expired_backlog), 0)::pg_catalog.int8 AS expired_backlog,
+						COALESCE(pg_catalog.sum(x.future_records), 0)::pg_catalog.int8 AS future_records
+				   FROM @extschema@.dedup_consumer_storage() x) st
+	 CROSS JOIN @extschema@.dedup_sweeper w
+	 WHERE t.relname OPERATOR(pg_catalog.=) 'processed_messages';
+COMMENT ON VIEW @extschema@.dedup_storage IS
+	'dedup: size and growth of processed_messages, and the health of its sweeper';
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_consumer_storage() FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_stats FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_storage FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_consumer_storage() TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_stats TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_storage TO pg_monitor;
