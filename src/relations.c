@@ -107,10 +107,10 @@ shape_error(Oid relid)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("table \"%s\" of extension \"dedup\" has been altered",
+			 errmsg("table \"%s\" of extension \"dedup\" is not as the extension created it",
 					get_rel_name(relid)),
-			 errdetail("Its columns, indexes, triggers or rules are not those the extension created."),
-			 errhint("Drop and create the extension again, or restore its table definition.")));
+			 errdetail("dedup reads and writes it directly, by its columns and indexes, and fires no trigger or rule on it."),
+			 errhint("Remove the triggers, rules, columns or indexes that were added or changed.")));
 }
 
 /*

@@ -34,6 +34,7 @@
 #include "storage/lock.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -207,6 +208,9 @@ sweeper_sweep(TimestampTz start)
 			}
 			pgstat_report_activity(STATE_RUNNING, "dedup sweep: deleting expired claims");
 			deleted = dedup_sweep_batch(rels, target, dedup_sweep_batch_size);
+			elog(DEBUG1, "dedup sweep: deleted %llu rows of consumer \"%s\" in transaction %u, up to %s",
+				 (unsigned long long) deleted, text_to_cstring(target->consumer),
+				 GetTopTransactionIdIfAny(), timestamptz_to_str(target->resume));
 			sweeper_end();
 			sweeper_count_rows(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);

@@ -1,0 +1,148 @@
+#
+# 015_claim_schema_swap.pl: claims never land outside the real table.
+#
+# The owner of the schema dedup is installed in (a database owner owns
+# "public" on PostgreSQL 15) renames it and puts a look-alike schema in its
+# place, with a processed_messages and a dedup_retention whose triggers log
+# who ran them -- the attack that turned 1.0's saved claim plan, re-parsed by
+# name, into the owner's code running as a superuser.  The swap is repeated
+# back and forth while pgbench clients (superusers, the look-alike first on
+# their search_path) claim, set windows and sweep.  Afterwards:
+#   - the look-alike tables are empty and no trigger ever ran;
+#   - every claim pgbench made is in the real table, exactly once.
+#
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $clients = 4;
+my $swaps   = 40;
+
+my $node = PostgreSQL::Test::Cluster->new('swap');
+$node->init;
+$node->append_conf('postgresql.conf', "max_connections = 30\n");
+$node->start;
+
+$node->safe_psql(
+	'postgres', q{
+CREATE ROLE owner LOGIN;
+GRANT CREATE ON DATABASE postgres TO owner;
+CREATE SCHEMA app AUTHORIZATION owner;
+CREATE EXTENSION dedup SCHEMA app;
+});
+
+# the trap, built by the owner in advance: same names, triggers that log
+$node->safe_psql(
+	'postgres', q{
+SET ROLE owner;
+CREATE SCHEMA trap;
+CREATE TABLE trap.ran (what text, by_whom name DEFAULT current_user);
+CREATE TABLE trap.processed_messages (consumer_name text, message_id text,
+	processed_at timestamptz DEFAULT now(), PRIMARY KEY (consumer_name, message_id));
+CREATE TABLE trap.dedup_retention (consumer_name text PRIMARY KEY, retention interval);
+CREATE FUNCTION trap.log() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO trap.ran (what) VALUES (TG_TABLE_NAME || ' ' || TG_OP);
+	RETURN NEW;
+END $$;
+CREATE TRIGGER log BEFORE INSERT OR UPDATE OR DELETE ON trap.processed_messages
+	FOR EACH ROW EXECUTE FUNCTION trap.log();
+CREATE TRIGGER log BEFORE INSERT OR UPDATE OR DELETE ON trap.dedup_retention
+	FOR EACH ROW EXECUTE FUNCTION trap.log();
+GRANT ALL ON SCHEMA trap TO PUBLIC;
+GRANT ALL ON ALL TABLES IN SCHEMA trap TO PUBLIC;
+});
+
+# pgbench: warm backends claiming unqualified, whichever schema is called
+# "app" at the moment first on the search_path, plus maintenance calls
+my $script = $node->basedir . '/claim.sql';
+PostgreSQL::Test::Utils::append_to_file(
+	$script, q{
+\set n random(1, 1000000000)
+SET search_path = app, app_real, trap_parked;
+SELECT dedup_claim('svc', 'c' || :client_id || '-' || :n);
+SELECT dedup_set_retention('svc', '7 days');
+SELECT dedup_sweep('svc');
+INSERT INTO claimed_log VALUES ('c' || :client_id || '-' || :n);
+});
+$node->safe_psql('postgres',
+	'CREATE TABLE claimed_log (id text); GRANT ALL ON claimed_log TO PUBLIC');
+
+my @cmd = (
+	'pgbench', '-n', '-h', $node->host, '-p', $node->port,
+	'-c', $clients, '-j', 2, '-T', 1000, '-f', $script, 'postgres');
+my ($stdout, $stderr) = ('', '');
+my $pgbench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', \$stderr);
+
+# let the clients warm up, then swap back and forth
+$node->poll_query_until('postgres', 'SELECT count(*) > 20 FROM claimed_log')
+  or die 'pgbench made no claims';
+for my $i (1 .. $swaps)
+{
+	$node->safe_psql(
+		'postgres', q{
+SET ROLE owner;
+BEGIN;
+ALTER SCHEMA app RENAME TO app_real;
+ALTER SCHEMA trap RENAME TO app;
+COMMIT;
+});
+	$node->safe_psql('postgres', 'SELECT pg_sleep(0.05)');
+	$node->safe_psql(
+		'postgres', q{
+SET ROLE owner;
+BEGIN;
+ALTER SCHEMA app RENAME TO trap_parked;
+ALTER SCHEMA app_real RENAME TO app;
+ALTER SCHEMA trap_parked RENAME TO trap;
+COMMIT;
+});
+}
+$pgbench->signal('INT');
+$pgbench->finish;
+note("pgbench: $stdout");
+unlike($stderr, qr/ERROR|aborted/, 'pgbench clients saw no errors')
+  or diag($stderr);
+
+# ... and once more with the swap left in place, from a fresh backend
+$node->safe_psql(
+	'postgres', q{
+SET ROLE owner;
+ALTER SCHEMA app RENAME TO app_real;
+ALTER SCHEMA trap RENAME TO app;
+});
+is( $node->safe_psql(
+		'postgres', q{
+SET search_path = app, app_real;
+SELECT dedup_claim('svc', 'after-swap'), dedup_set_retention('svc', '1 day') IS NULL;
+INSERT INTO claimed_log VALUES ('after-swap');
+}),
+	"t|t",
+	'a fresh backend claims and sets windows with the look-alike first on its path');
+
+my $logged = $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log');
+cmp_ok($logged, '>', 20, "pgbench committed claims during $swaps swaps");
+is($node->safe_psql('postgres', 'SELECT count(*) FROM app.ran'),
+	'0', 'no trigger of the look-alike ever ran');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM app.processed_messages'),
+	'0', 'no claim landed in the look-alike processed_messages');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM app.dedup_retention'),
+	'0', 'no window landed in the look-alike dedup_retention');
+is( $node->safe_psql(
+		'postgres', q{
+SELECT count(*) FROM claimed_log l
+ WHERE NOT EXISTS (SELECT FROM app_real.processed_messages m
+                    WHERE m.consumer_name = 'svc' AND m.message_id = l.id)}),
+	'0',
+	'every committed claim is in the real processed_messages');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT retention FROM app_real.dedup_retention WHERE consumer_name = 'svc'}),
+	'1 day',
+	'windows were written to the real dedup_retention');
+
+$node->stop;
+done_testing();
