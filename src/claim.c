@@ -97,10 +97,13 @@ claim_waited(TimestampTz mark)
 }
 
 /*
- * Whether dedup_consumer_roles has any row, as this backend last saw it.
- * The table's trigger (dedup_consumer_roles_changed) invalidates its
- * relcache entry at every change, which resets this: claims of a database
- * that maps no consumer pay one boolean test for the check.
+ * Whether dedup_consumer_roles (OID claimant_map_relid) has any row, as this
+ * backend last saw it.  The table's statement trigger
+ * (dedup_consumer_roles_changed) invalidates its relcache entry at every
+ * change, which every backend processes at its next transaction start and
+ * which resets this: claims in a database that maps no consumer pay one
+ * test for the check, and a change applies to transactions that start after
+ * it commits.
  */
 typedef enum ClaimantMapState
 {
@@ -110,33 +113,32 @@ typedef enum ClaimantMapState
 } ClaimantMapState;
 
 static ClaimantMapState claimant_map = CLAIMANT_MAP_UNKNOWN;
+static Oid	claimant_map_relid = InvalidOid;
 static bool claimant_callback_registered = false;
 
 static void
 claimant_map_invalidate(Datum arg, Oid relid)
 {
-	claimant_map = CLAIMANT_MAP_UNKNOWN;
+	if (relid == InvalidOid || relid == claimant_map_relid)
+		claimant_map = CLAIMANT_MAP_UNKNOWN;
 }
 
-static ClaimantMapState
-claimant_map_state(Relation roles)
+static void
+claimant_map_load(Relation roles)
 {
+	TableScanDesc scan = table_beginscan(roles, GetActiveSnapshot(), 0, NULL);
+	TupleTableSlot *slot = table_slot_create(roles, NULL);
+
 	if (!claimant_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(claimant_map_invalidate, (Datum) 0);
 		claimant_callback_registered = true;
 	}
-	if (claimant_map == CLAIMANT_MAP_UNKNOWN)
-	{
-		TableScanDesc scan = table_beginscan(roles, GetActiveSnapshot(), 0, NULL);
-		TupleTableSlot *slot = table_slot_create(roles, NULL);
-
-		claimant_map = table_scan_getnextslot(scan, ForwardScanDirection, slot) ?
-			CLAIMANT_MAP_IN_USE : CLAIMANT_MAP_EMPTY;
-		ExecDropSingleTupleTableSlot(slot);
-		table_endscan(scan);
-	}
-	return claimant_map;
+	claimant_map_relid = RelationGetRelid(roles);
+	claimant_map = table_scan_getnextslot(scan, ForwardScanDirection, slot) ?
+		CLAIMANT_MAP_IN_USE : CLAIMANT_MAP_EMPTY;
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
 }
 
 /*
@@ -158,11 +160,14 @@ claim_check_claimant(text *consumer)
 	bool		allowed = false;
 	Oid			user = GetUserId();
 
+	if (!dedup_require_consumer_roles && claimant_map == CLAIMANT_MAP_EMPTY)
+		return;
 	roles = dedup_table_open(DEDUP_CONSUMER_ROLES, AccessShareLock, false, &rels);
 	if (roles == NULL)
 		return;					/* version 1.0 of the SQL objects */
-	if (!dedup_require_consumer_roles &&
-		claimant_map_state(roles) == CLAIMANT_MAP_EMPTY)
+	if (claimant_map == CLAIMANT_MAP_UNKNOWN)
+		claimant_map_load(roles);
+	if (!dedup_require_consumer_roles && claimant_map == CLAIMANT_MAP_EMPTY)
 	{
 		table_close(roles, AccessShareLock);
 		return;

@@ -41,6 +41,8 @@ SELECT dedup_claim('orders', E'o-\'3\\\\\t\u00e9');
 BEGIN;
 SELECT dedup_claim('orders', 'rolled-back');
 ROLLBACK;
+SELECT dedup_set_retention('orders', '3 days');
+SELECT dedup_allow_claimant('payments', 'app');
 });
 
 my $rows_query = q{
@@ -93,6 +95,19 @@ SELECT dedup_claim('orders', 'o-new'), dedup_claim('billing', 'o-2'),
 	);
 	is($node->safe_psql($db, q{SELECT dedup_claim('orders', 'o-new')}),
 		'f', "$how: a key claimed in the restored database is recorded there");
+
+	# the configuration came along: windows, and claimants by role name
+	is( $node->safe_psql(
+			$db, q{
+SELECT (SELECT string_agg(consumer_name || '=' || retention, ',') FROM dedup_retention),
+	   (SELECT string_agg(consumer_name || '=' || claimant, ',') FROM dedup_consumer_roles)}),
+		'orders=3 days|payments=app',
+		"$how: retention windows and consumer claimants restored");
+	is( $node->psql(
+			$db, q{SELECT dedup_claim('payments', 'by-app')},
+			connstr => $node->connstr($db) . ' user=app'),
+		0,
+		"$how: the mapped role claims for its consumer");
 
 	# privileges came along: app may claim, PUBLIC (outsider) still may not
 	is( $node->safe_psql(

@@ -66,7 +66,7 @@ SET search_path = app, app_real, trap_parked;
 SELECT dedup_claim('svc', 'c' || :client_id || '-' || :n);
 SELECT dedup_set_retention('svc', '7 days');
 SELECT dedup_sweep('svc');
-INSERT INTO claimed_log VALUES ('c' || :client_id || '-' || :n);
+INSERT INTO public.claimed_log VALUES ('c' || :client_id || '-' || :n);
 });
 $node->safe_psql('postgres',
 	'CREATE TABLE claimed_log (id text); GRANT ALL ON claimed_log TO PUBLIC');
@@ -74,12 +74,13 @@ $node->safe_psql('postgres',
 my @cmd = (
 	'pgbench', '-n', '-h', $node->host, '-p', $node->port,
 	'-c', $clients, '-j', 2, '-T', 1000, '-f', $script, 'postgres');
-my ($stdout, $stderr) = ('', '');
-my $pgbench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', \$stderr);
+my $pgbench_err = $node->basedir . '/pgbench.err';
+my $stdout = '';
+my $pgbench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', $pgbench_err);
 
 # let the clients warm up, then swap back and forth
 $node->poll_query_until('postgres', 'SELECT count(*) > 20 FROM claimed_log')
-  or die 'pgbench made no claims';
+  or die 'pgbench made no claims: ' . slurp_file($pgbench_err);
 for my $i (1 .. $swaps)
 {
 	$node->safe_psql(
@@ -104,6 +105,7 @@ COMMIT;
 $pgbench->signal('INT');
 $pgbench->finish;
 note("pgbench: $stdout");
+my $stderr = slurp_file($pgbench_err);
 unlike($stderr, qr/ERROR|aborted/, 'pgbench clients saw no errors')
   or diag($stderr);
 
@@ -118,7 +120,7 @@ is( $node->safe_psql(
 		'postgres', q{
 SET search_path = app, app_real;
 SELECT dedup_claim('svc', 'after-swap'), dedup_set_retention('svc', '1 day') IS NULL;
-INSERT INTO claimed_log VALUES ('after-swap');
+INSERT INTO public.claimed_log VALUES ('after-swap');
 }),
 	"t|t",
 	'a fresh backend claims and sets windows with the look-alike first on its path');
