@@ -32,6 +32,8 @@ CREATE ROLE owner LOGIN;
 GRANT CREATE ON DATABASE postgres TO owner;
 CREATE SCHEMA app AUTHORIZATION owner;
 CREATE EXTENSION dedup SCHEMA app;
+CREATE TABLE public.trap_ran (what text, by_whom name DEFAULT current_user);
+GRANT INSERT ON public.trap_ran TO PUBLIC;
 });
 
 # the trap, built by the owner in advance: same names, triggers that log
@@ -39,13 +41,12 @@ $node->safe_psql(
 	'postgres', q{
 SET ROLE owner;
 CREATE SCHEMA trap;
-CREATE TABLE trap.ran (what text, by_whom name DEFAULT current_user);
 CREATE TABLE trap.processed_messages (consumer_name text, message_id text,
 	processed_at timestamptz DEFAULT now(), PRIMARY KEY (consumer_name, message_id));
 CREATE TABLE trap.dedup_retention (consumer_name text PRIMARY KEY, retention interval);
 CREATE FUNCTION trap.log() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO trap.ran (what) VALUES (TG_TABLE_NAME || ' ' || TG_OP);
+	INSERT INTO public.trap_ran (what) VALUES (TG_TABLE_NAME || ' ' || TG_OP);
 	RETURN NEW;
 END $$;
 CREATE TRIGGER log BEFORE INSERT OR UPDATE OR DELETE ON trap.processed_messages
@@ -127,7 +128,7 @@ INSERT INTO public.claimed_log VALUES ('after-swap');
 
 my $logged = $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log');
 cmp_ok($logged, '>', 20, "pgbench committed claims during $swaps swaps");
-is($node->safe_psql('postgres', 'SELECT count(*) FROM app.ran'),
+is($node->safe_psql('postgres', 'SELECT count(*) FROM public.trap_ran'),
 	'0', 'no trigger of the look-alike ever ran');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM app.processed_messages'),
 	'0', 'no claim landed in the look-alike processed_messages');
