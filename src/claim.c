@@ -178,7 +178,7 @@ claim_check_claimant(text *consumer)
 						   index->rd_indcollation[0], F_TEXTEQ,
 						   PointerGetDatum(consumer));
 	slot = table_slot_create(roles, NULL);
-	scan = index_beginscan(roles, index, GetActiveSnapshot(), 1, 0);
+	scan = dedup_index_beginscan(roles, index, GetActiveSnapshot(), 1);
 	index_rescan(scan, &key, 1, NULL, 0);
 	while (!allowed && index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
@@ -295,6 +295,9 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 
 		CHECK_FOR_INTERRUPTS();
 		if (!ExecCheckIndexConstraints(result_rel, slot, estate, &conflict_tid,
+#if PG_VERSION_NUM >= 180000
+									   NULL,
+#endif
 									   NIL))
 		{
 			claim_check_conflict_visible(rel, &conflict_tid, conflict_slot,
@@ -308,7 +311,7 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 		recheck = ExecInsertIndexTuples(result_rel, slot, estate, false, true,
 										&spec_conflict, NIL
 #if PG_VERSION_NUM >= 160000
-										,false
+										,false	/* not only summarizing indexes */
 #endif
 			);
 		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);

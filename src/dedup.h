@@ -63,6 +63,15 @@ typedef enum DedupTable
 } DedupTable;
 
 extern const DedupRelations *dedup_relations(bool missing_ok);
+
+/* an index scan without instrumentation or ordering, on every version */
+#if PG_VERSION_NUM >= 180000
+#define dedup_index_beginscan(heap, index, snapshot, nkeys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), 0)
+#else
+#define dedup_index_beginscan(heap, index, snapshot, nkeys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), 0)
+#endif
 extern Relation dedup_table_open(DedupTable table, LOCKMODE lockmode,
 								 bool missing_ok, const DedupRelations **rels);
 

@@ -309,8 +309,8 @@ first_row(Relation rel, Relation index, ScanKey keys, int nkeys,
 		  ScanDirection dir, TupleTableSlot *slot, text **consumer,
 		  TimestampTz *processed_at)
 {
-	IndexScanDesc scan = index_beginscan(rel, index, GetActiveSnapshot(),
-										 nkeys, 0);
+	IndexScanDesc scan = dedup_index_beginscan(rel, index, GetActiveSnapshot(),
+											   nkeys);
 	bool		found;
 
 	index_rescan(scan, keys, nkeys, NULL, 0);
@@ -345,7 +345,7 @@ consumer_window(const DedupRelations *rels, text *consumer)
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, TEXTOID,
 						   index->rd_indcollation[0], F_TEXTEQ,
 						   PointerGetDatum(consumer));
-	scan = index_beginscan(rel, index, GetActiveSnapshot(), 1, 0);
+	scan = dedup_index_beginscan(rel, index, GetActiveSnapshot(), 1);
 	index_rescan(scan, &key, 1, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
@@ -470,7 +470,7 @@ dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
 			 TimestampTzGetDatum(target->cutoff));
 	scan_key(&keys[2], index, 2, BTGreaterEqualStrategyNumber,
 			 TimestampTzGetDatum(target->resume));
-	scan = index_beginscan(rel, index, snapshot, 3, 0);
+	scan = dedup_index_beginscan(rel, index, snapshot, 3);
 	index_rescan(scan, keys, 3, NULL, 0);
 
 	while ((batch_size == 0 || deleted < (uint64) batch_size) &&
