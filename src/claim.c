@@ -271,13 +271,11 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 	ResultRelInfo *result_rel = makeNode(ResultRelInfo);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	TupleTableSlot *conflict_slot = table_slot_create(rel, NULL);
-	TransactionId xid = GetCurrentTransactionId();
 	bool		claimed = false;
 
 	InitResultRelInfo(result_rel, rel, 1, NULL, 0);
 	ExecOpenIndices(result_rel, true);
 	estate->es_snapshot = GetActiveSnapshot();
-	estate->es_output_cid = GetCurrentCommandId(true);
 
 	ExecClearTuple(slot);
 	slot->tts_values[0] = consumer;
@@ -289,6 +287,7 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 	for (;;)
 	{
 		ItemPointerData conflict_tid;
+		TransactionId xid;
 		uint32		token;
 		bool		spec_conflict = false;
 		List	   *recheck;
@@ -305,6 +304,9 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 			break;
 		}
 
+		/* only a claim that writes needs a transaction ID and a command ID */
+		xid = GetCurrentTransactionId();
+		estate->es_output_cid = GetCurrentCommandId(true);
 		token = SpeculativeInsertionLockAcquire(xid);
 		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0,
 									   NULL, token);
