@@ -21,7 +21,7 @@ EXTENSION = dedup
 DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
-REGRESS = claim claim_errors claim_security schema_swap claimants retention retention_windows stats
+REGRESS = claim claim_many claim_errors claim_security schema_swap claimants retention retention_windows stats
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters sweep-lock

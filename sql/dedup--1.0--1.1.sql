@@ -17,6 +17,21 @@
 ALTER FUNCTION @extschema@.dedup_claim(text, text) SECURITY INVOKER;
 
 /*
+ * dedup_claim_many(consumer, message_ids): a whole batch in one call;
+ * element i of the result is true when message_ids[i] is new (do its work),
+ * false when it is a duplicate, of an earlier claim or of an earlier element.
+ */
+CREATE FUNCTION @extschema@.dedup_claim_many(consumer text, message_ids text[])
+RETURNS boolean[]
+AS 'MODULE_PATHNAME', 'dedup_claim_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dedup_claim_many(text, text[]) IS
+	'dedup: claim a batch of messages in this transaction; element i true = message_ids[i] is new';
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_many(text, text[]) FROM PUBLIC;
+
+/*
  * Retention windows.  A valid window moves every component back and is at
  * most 100 years; the constraint is NOT VALID so that an upgrade never fails
  * on a row 1.0 accepted (the sweep keeps such a consumer's claims, the

@@ -35,6 +35,7 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -47,38 +48,45 @@
 #include "dedup.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim);
+PG_FUNCTION_INFO_V1(dedup_claim_many);
 PG_FUNCTION_INFO_V1(dedup_consumer_roles_changed);
 
 /*
  * Raise the error a caller must see, rather than a NULL or a silently
- * truncated key, when argument argno (called argname) is unusable.
+ * truncated key, when a key is unusable: argument argname of function, or
+ * its element number element (counted from 1; 0 for a plain argument).
  *
  * The length is read from the varlena header, so an oversized value is
  * rejected without being detoasted and before any index is touched.
  */
 static void
-claim_check_argument(FunctionCallInfo fcinfo, int argno, const char *argname,
-					 Size max_bytes)
+claim_check_key(const char *function, const char *argname, int element,
+				Datum value, bool isnull, Size max_bytes)
 {
+	char		what[NAMEDATALEN + 32];
 	Size		len;
 
-	if (PG_ARGISNULL(argno))
+	if (element > 0)
+		snprintf(what, sizeof(what), "element %d of argument \"%s\"",
+				 element, argname);
+	else
+		snprintf(what, sizeof(what), "argument \"%s\"", argname);
+
+	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"%s\" of dedup_claim must not be null",
-						argname),
+				 errmsg("%s of %s must not be null", what, function),
 				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
 
-	len = toast_raw_datum_size(PG_GETARG_DATUM(argno)) - VARHDRSZ;
+	len = toast_raw_datum_size(value) - VARHDRSZ;
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"%s\" of dedup_claim must not be empty",
-						argname)));
+				 errmsg("%s of %s must not be empty", what, function)));
 	if (len > max_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("argument \"%s\" of dedup_claim is too long", argname),
+				 errmsg("%s of %s is too long", what, function),
 				 errdetail("It is %zu bytes; at most %zu bytes are accepted.",
 						   len, max_bytes),
 				 errhint("Claim a digest of long keys, for example encode(sha256(convert_to(key, 'UTF8')), 'hex').")));
@@ -251,6 +259,46 @@ claim_check_conflict_visible(Relation rel, ItemPointer tid,
 }
 
 /*
+ * What claims of one statement share: the executor state and the slots of
+ * the speculative insertion into processed_messages (rel, opened by the
+ * caller with RowExclusiveLock).
+ */
+typedef struct ClaimWriter
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *result_rel;
+	TupleTableSlot *slot;		/* the claim being inserted */
+	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
+	MemoryContext caller_context;
+} ClaimWriter;
+
+static void
+claim_writer_begin(ClaimWriter *writer, Relation rel)
+{
+	writer->rel = rel;
+	writer->caller_context = CurrentMemoryContext;
+	writer->estate = CreateExecutorState();
+	MemoryContextSwitchTo(writer->estate->es_query_cxt);
+	writer->result_rel = makeNode(ResultRelInfo);
+	InitResultRelInfo(writer->result_rel, rel, 1, NULL, 0);
+	ExecOpenIndices(writer->result_rel, true);
+	writer->estate->es_snapshot = GetActiveSnapshot();
+	writer->slot = table_slot_create(rel, NULL);
+	writer->conflict_slot = table_slot_create(rel, NULL);
+	MemoryContextSwitchTo(writer->caller_context);
+}
+
+static void
+claim_writer_end(ClaimWriter *writer)
+{
+	ExecDropSingleTupleTableSlot(writer->conflict_slot);
+	ExecDropSingleTupleTableSlot(writer->slot);
+	ExecCloseIndices(writer->result_rel);
+	FreeExecutorState(writer->estate);
+}
+
+/*
  * Insert (consumer, message_id, now()) into processed_messages unless the
  * key is there already, and say whether it was inserted: the speculative
  * insertion protocol of ExecInsert for ON CONFLICT DO NOTHING with every
@@ -261,22 +309,17 @@ claim_check_conflict_visible(Relation rel, ItemPointer tid,
  * speculatively, under a speculative insertion lock, and then its index
  * entries; if a concurrent claim of the same key got into the unique index
  * first, the tuple is killed ("super-deleted") and the whole thing starts
- * again, now finding the other claim as a conflict.
+ * again, now finding the other claim as a conflict.  What one key needs is
+ * allocated in the per-tuple context, reset afterwards.
  */
 static bool
-claim_insert(Relation rel, Datum consumer, Datum message_id)
+claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id)
 {
-	EState	   *estate = CreateExecutorState();
-	MemoryContext oldcontext = MemoryContextSwitchTo(estate->es_query_cxt);
-	ResultRelInfo *result_rel = makeNode(ResultRelInfo);
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	TupleTableSlot *conflict_slot = table_slot_create(rel, NULL);
+	EState	   *estate = writer->estate;
+	TupleTableSlot *slot = writer->slot;
 	bool		claimed = false;
 
-	InitResultRelInfo(result_rel, rel, 1, NULL, 0);
-	ExecOpenIndices(result_rel, true);
-	estate->es_snapshot = GetActiveSnapshot();
-
+	MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 	ExecClearTuple(slot);
 	slot->tts_values[0] = consumer;
 	slot->tts_values[1] = message_id;
@@ -293,13 +336,15 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 		List	   *recheck;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!ExecCheckIndexConstraints(result_rel, slot, estate, &conflict_tid,
+		if (!ExecCheckIndexConstraints(writer->result_rel, slot, estate,
+									   &conflict_tid,
 #if PG_VERSION_NUM >= 180000
 									   NULL,
 #endif
 									   NIL))
 		{
-			claim_check_conflict_visible(rel, &conflict_tid, conflict_slot,
+			claim_check_conflict_visible(writer->rel, &conflict_tid,
+										 writer->conflict_slot,
 										 estate->es_snapshot);
 			break;
 		}
@@ -308,15 +353,16 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 		xid = GetCurrentTransactionId();
 		estate->es_output_cid = GetCurrentCommandId(true);
 		token = SpeculativeInsertionLockAcquire(xid);
-		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0,
-									   NULL, token);
-		recheck = ExecInsertIndexTuples(result_rel, slot, estate, false, true,
-										&spec_conflict, NIL
+		table_tuple_insert_speculative(writer->rel, slot, estate->es_output_cid,
+									   0, NULL, token);
+		recheck = ExecInsertIndexTuples(writer->result_rel, slot, estate,
+										false, true, &spec_conflict, NIL
 #if PG_VERSION_NUM >= 160000
 										,false	/* not only summarizing indexes */
 #endif
 			);
-		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
+		table_tuple_complete_speculative(writer->rel, slot, token,
+										 !spec_conflict);
 		SpeculativeInsertionLockRelease(xid);
 		list_free(recheck);
 		if (!spec_conflict)
@@ -326,12 +372,93 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 		}
 	}
 
-	ExecDropSingleTupleTableSlot(conflict_slot);
-	ExecDropSingleTupleTableSlot(slot);
-	ExecCloseIndices(result_rel);
-	MemoryContextSwitchTo(oldcontext);
-	FreeExecutorState(estate);
+	ExecClearTuple(slot);
+	MemoryContextSwitchTo(writer->caller_context);
+	ResetPerTupleExprContext(estate);
 	return claimed;
+}
+
+/*
+ * The keys of a batch, in the order they are claimed: by key, and among
+ * equal keys by position, so that the first of them is the one claimed and
+ * two batches with keys in common take their locks in the same order
+ * (concurrent batches cannot deadlock on each other's keys).
+ */
+typedef struct BatchKey
+{
+	text	   *key;
+	int			position;
+} BatchKey;
+
+static int
+batch_key_compare(const void *a, const void *b)
+{
+	const BatchKey *ka = a;
+	const BatchKey *kb = b;
+	int			la = VARSIZE_ANY_EXHDR(ka->key);
+	int			lb = VARSIZE_ANY_EXHDR(kb->key);
+	int			cmp = memcmp(VARDATA_ANY(ka->key), VARDATA_ANY(kb->key),
+							 Min(la, lb));
+
+	if (cmp != 0)
+		return cmp;
+	if (la != lb)
+		return la < lb ? -1 : 1;
+	return ka->position - kb->position;
+}
+
+/*
+ * Check that the transaction may write and the caller may claim for
+ * consumer (for function, named in errors); then claim each of the nkeys
+ * keys (keys[i].key, already checked) for consumer, setting
+ * claimed[keys[i].position], and count each outcome.
+ */
+static void
+claim_keys(const char *function, text *consumer, BatchKey *keys, int nkeys,
+		   bool *claimed)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	const DedupRelations *rels;
+	Relation	rel;
+	ClaimWriter writer;
+	int			done = 0;
+
+	PreventCommandDuringRecovery(function);
+	PreventCommandIfReadOnly(function);
+	claim_check_claimant(consumer);
+
+	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
+	claim_writer_begin(&writer, rel);
+	for (; done < nkeys; done++)
+	{
+		TimestampTz lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);
+		bool		this_claimed;
+
+		PG_TRY();
+		{
+			this_claimed = claim_writer_insert(&writer, PointerGetDatum(consumer),
+											   PointerGetDatum(keys[done].key));
+		}
+		PG_CATCH();
+		{
+			int			code = geterrcode();
+
+			/* count in the caller's context, not the error context */
+			MemoryContextSwitchTo(caller_context);
+			if (code == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+				code == ERRCODE_T_R_DEADLOCK_DETECTED)
+				dedup_stats_count(consumer, DEDUP_SERIALIZATION_FAILURE,
+								  claim_waited(lock_wait_mark));
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		claimed[keys[done].position] = this_claimed;
+		dedup_stats_count(consumer,
+						  this_claimed ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+						  claim_waited(lock_wait_mark));
+	}
+	claim_writer_end(&writer);
+	table_close(rel, NoLock);
 }
 
 /*
@@ -344,46 +471,82 @@ claim_insert(Relation rel, Datum consumer, Datum message_id)
 Datum
 dedup_claim(PG_FUNCTION_ARGS)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
-	text	   *consumer;
-	text	   *message_id;
-	const DedupRelations *rels;
-	Relation	rel;
-	bool		claimed = false;
-	TimestampTz lock_wait_mark;
+	BatchKey	key;
+	bool		claimed;
 
-	claim_check_argument(fcinfo, 0, "consumer", DEDUP_MAX_CONSUMER_BYTES);
-	claim_check_argument(fcinfo, 1, "message_id", DEDUP_MAX_MESSAGE_ID_BYTES);
-	PreventCommandDuringRecovery("dedup_claim()");
-	PreventCommandIfReadOnly("dedup_claim()");
-	consumer = PG_GETARG_TEXT_PP(0);
-	message_id = PG_GETARG_TEXT_PP(1);
-
-	claim_check_claimant(consumer);
-
-	lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);
-	PG_TRY();
-	{
-		rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
-		claimed = claim_insert(rel, PointerGetDatum(consumer),
-							   PointerGetDatum(message_id));
-		table_close(rel, NoLock);
-	}
-	PG_CATCH();
-	{
-		int			code = geterrcode();
-
-		/* count in the caller's context, not the error context */
-		MemoryContextSwitchTo(caller_context);
-		if (code == ERRCODE_T_R_SERIALIZATION_FAILURE ||
-			code == ERRCODE_T_R_DEADLOCK_DETECTED)
-			dedup_stats_count(consumer, DEDUP_SERIALIZATION_FAILURE,
-							  claim_waited(lock_wait_mark));
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	dedup_stats_count(consumer, claimed ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
-					  claim_waited(lock_wait_mark));
+	claim_check_key("dedup_claim", "consumer", 0, PG_GETARG_DATUM(0),
+					PG_ARGISNULL(0), DEDUP_MAX_CONSUMER_BYTES);
+	claim_check_key("dedup_claim", "message_id", 0, PG_GETARG_DATUM(1),
+					PG_ARGISNULL(1), DEDUP_MAX_MESSAGE_ID_BYTES);
+	key.key = PG_GETARG_TEXT_PP(1);
+	key.position = 0;
+	claim_keys("dedup_claim()", PG_GETARG_TEXT_PP(0), &key, 1, &claimed);
 	PG_RETURN_BOOL(claimed);
+}
+
+/*
+ * dedup_claim_many(consumer text, message_ids text[]) RETURNS boolean[]
+ *
+ * Claim every message id of a batch in one call, in the caller's
+ * transaction, each exactly as dedup_claim would: element i of the result
+ * is true when message_ids[i] was claimed now, false when it is a
+ * duplicate -- of an earlier claim, or of an earlier element of the same
+ * array.  Every key is checked before any is claimed.
+ */
+Datum
+dedup_claim_many(PG_FUNCTION_ARGS)
+{
+	ArrayType  *array;
+	Datum	   *elements;
+	bool	   *nulls;
+	int			nkeys;
+	BatchKey   *keys;
+	bool	   *claimed;
+	Datum	   *results;
+	int			lbound = 1;
+
+	claim_check_key("dedup_claim_many", "consumer", 0, PG_GETARG_DATUM(0),
+					PG_ARGISNULL(0), DEDUP_MAX_CONSUMER_BYTES);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"message_ids\" of dedup_claim_many must not be null")));
+	array = PG_GETARG_ARRAYTYPE_P(1);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("argument \"message_ids\" of dedup_claim_many must be a one-dimensional array")));
+	nkeys = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+	if (nkeys > DEDUP_MAX_BATCH_KEYS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("argument \"message_ids\" of dedup_claim_many has too many elements"),
+				 errdetail("It has %d elements; at most %d are accepted.",
+						   nkeys, DEDUP_MAX_BATCH_KEYS),
+				 errhint("Claim a larger batch in several calls, in the same transaction.")));
+	if (nkeys == 0)
+		PG_RETURN_ARRAYTYPE_P(construct_empty_array(BOOLOID));
+
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elements, &nulls, &nkeys);
+	keys = palloc(nkeys * sizeof(BatchKey));
+	for (int i = 0; i < nkeys; i++)
+	{
+		claim_check_key("dedup_claim_many", "message_ids", i + 1, elements[i],
+						nulls[i], DEDUP_MAX_MESSAGE_ID_BYTES);
+		keys[i].key = DatumGetTextPP(elements[i]);
+		keys[i].position = i;
+	}
+	qsort(keys, nkeys, sizeof(BatchKey), batch_key_compare);
+
+	claimed = palloc(nkeys * sizeof(bool));
+	claim_keys("dedup_claim_many()", PG_GETARG_TEXT_PP(0), keys, nkeys, claimed);
+
+	results = palloc(nkeys * sizeof(Datum));
+	for (int i = 0; i < nkeys; i++)
+		results[i] = BoolGetDatum(claimed[i]);
+	if (ARR_NDIM(array) == 1)
+		lbound = ARR_LBOUND(array)[0];
+	PG_RETURN_ARRAYTYPE_P(construct_md_array(results, NULL, 1, &nkeys, &lbound,
+											 BOOLOID, 1, true, TYPALIGN_CHAR));
 }

@@ -23,6 +23,9 @@
 #define DEDUP_MAX_CONSUMER_BYTES	256
 #define DEDUP_MAX_MESSAGE_ID_BYTES	1024
 
+/* Most message ids one dedup_claim_many() call accepts. */
+#define DEDUP_MAX_BATCH_KEYS		10000
+
 /* guc.c: the dedup.* parameters */
 extern bool dedup_sweep_enabled;
 extern int	dedup_retention;
