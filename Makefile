@@ -24,7 +24,7 @@ PGFILEDESC = "dedup - transactional message deduplication"
 REGRESS = claim claim_many claim_errors claim_security schema_swap claimants retention retention_windows stats
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
-	claim-savepoint claim-three-sessions claim-counters sweep-lock
+	claim-savepoint claim-three-sessions claim-counters claim-many sweep-lock
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1
