@@ -11,8 +11,8 @@ OBJS = \
 	src/guc.o \
 	src/claim.o \
 	src/sweep.o \
-	src/status.o \
-	src/stats.o \
+	src/sweeper_state.o \
+	src/claim_stats.o \
 	src/launcher.o \
 	src/sweeper.o
 

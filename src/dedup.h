@@ -38,7 +38,8 @@ extern void dedup_define_gucs(void);
 extern Oid	dedup_extension_schema(bool missing_ok);
 
 /*
- * status.c: what the sweeper knows about each database, in shared memory.
+ * sweeper_state.c: what the sweeper knows about each database, in shared
+ * memory, under its own LWLock (tranche "dedup_sweeper_state").
  *
  * The launcher owns the schedule (next_sweep, failures, state) and marks a
  * sweep running; the per-database sweeper records its progress and outcome.
@@ -89,12 +90,15 @@ typedef struct DedupSharedState
 } DedupSharedState;
 
 extern DedupSharedState *DedupShared;
-extern void dedup_shmem_request(void);
-extern void dedup_shmem_startup(void);
+extern void dedup_sweeper_shmem_request(void);
+extern void dedup_sweeper_shmem_startup(void);
 extern DedupDatabaseSlot *dedup_database_slot(Oid dboid, bool create);
 extern void dedup_wake_launcher(void);
 
-/* stats.c: per-consumer claim counters */
+/*
+ * claim_stats.c: per-consumer claim counters, in shared memory under their
+ * own LWLock (tranche "dedup_claim_stats")
+ */
 typedef enum DedupClaimOutcome
 {
 	DEDUP_CLAIMED,
@@ -102,8 +106,8 @@ typedef enum DedupClaimOutcome
 	DEDUP_SERIALIZATION_FAILURE
 } DedupClaimOutcome;
 
-extern Size dedup_stats_shmem_size(void);
-extern void dedup_stats_shmem_startup(void);
+extern void dedup_claim_stats_shmem_request(void);
+extern void dedup_claim_stats_shmem_startup(void);
 extern void dedup_stats_count(text *consumer, DedupClaimOutcome outcome,
 							  bool waited);
 

@@ -10,10 +10,10 @@
  * It runs on primaries only (it starts when recovery finishes, so a promoted
  * standby starts sweeping), and not at all in binary-upgrade mode.
  *
- * Each database's schedule lives in its shared-memory slot (status.c).  A
- * database is probed once; where dedup is not installed it is left alone
- * until CREATE EXTENSION wakes the launcher (dedup_sweeper_wake), or the
- * launcher restarts.  A failed sweep is retried with exponential back-off,
+ * Each database's schedule lives in its shared-memory slot
+ * (sweeper_state.c).  A database is probed once; where dedup is not
+ * installed it is left alone until CREATE EXTENSION wakes the launcher
+ * (dedup_sweeper_wake), or the launcher restarts.  A failed sweep is retried with exponential back-off,
  * so a persistent error is logged ever more rarely, never in a flood.
  *
  *-------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 /*-------------------------------------------------------------------------
  *
- * stats.c
+ * claim_stats.c
  *	  Per-consumer claim counters in shared memory: claims, duplicates, lock
- *	  waits and serialization failures, for the dedup_stats view.
+ *	  waits and serialization failures, for the dedup_stats view; and the SQL
+ *	  functions that read them (dedup_claim_counters, dedup_counters_status)
+ *	  or reset them (dedup_stats_reset).
  *
  * One hash entry per (database, consumer), created by the first claim, with
- * its counters under a spinlock; the table itself under an LWLock, taken
- * shared on the claim path and exclusively only to add or remove entries.
+ * its counters under a spinlock; the table itself under this file's own
+ * LWLock (tranche "dedup_claim_stats"), taken shared on the claim path and
+ * exclusively only to add or remove entries.
  * The counters are written to pg_stat/dedup.stat at a clean shutdown and
  * read back at startup, so they survive a clean restart; after a crash they
  * start from zero (the file is removed once read).
@@ -41,6 +44,7 @@ PG_FUNCTION_INFO_V1(dedup_claim_counters);
 PG_FUNCTION_INFO_V1(dedup_counters_status);
 PG_FUNCTION_INFO_V1(dedup_stats_reset);
 
+#define STATS_TRANCHE	"dedup_claim_stats"
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
 #define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
@@ -105,10 +109,18 @@ stats_key_copy(void *dest, const void *src, Size keysize)
 	return dest;
 }
 
-Size
-dedup_stats_shmem_size(void)
+static Size
+stats_shmem_size(void)
 {
 	return hash_estimate_size(dedup_max_consumers, sizeof(StatsEntry));
+}
+
+/* shmem_request_hook part: reserve what dedup_claim_stats_shmem_startup uses */
+void
+dedup_claim_stats_shmem_request(void)
+{
+	RequestAddinShmemSpace(stats_shmem_size());
+	RequestNamedLWLockTranche(STATS_TRANCHE, 1);
 }
 
 /* Write the counters to STATS_FILE: on_shmem_exit of the postmaster. */
@@ -209,17 +221,18 @@ error:
 
 /* shmem_startup_hook part: create or attach to the counters */
 void
-dedup_stats_shmem_startup(void)
+dedup_claim_stats_shmem_startup(void)
 {
 	HASHCTL		info;
 
-	stats_lock = &(GetNamedLWLockTranche("dedup"))[1].lock;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	stats_lock = &(GetNamedLWLockTranche(STATS_TRANCHE))->lock;
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(StatsEntry);
 	info.hash = stats_key_hash;
 	info.match = stats_key_compare;
 	info.keycopy = stats_key_copy;
-	stats_hash = ShmemInitHash("dedup stats hash",
+	stats_hash = ShmemInitHash("dedup claim stats hash",
 							   dedup_max_consumers, dedup_max_consumers,
 							   &info,
 							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY);
@@ -230,6 +243,7 @@ dedup_stats_shmem_startup(void)
 		stats_load();
 		on_shmem_exit(stats_save, (Datum) 0);
 	}
+	LWLockRelease(AddinShmemInitLock);
 }
 
 /*

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
- * status.c
+ * sweeper_state.c
  *	  The sweeper's shared memory: one slot per database, with its schedule
- *	  and the outcome of its sweeps; and the SQL functions that read it
+ *	  and the outcome of its sweeps, under its own LWLock (tranche
+ *	  "dedup_sweeper_state"); and the SQL functions that read it
  *	  (dedup_sweeper_status, behind the dedup_sweeper view) or poke it
  *	  (dedup_sweeper_wake).
  *
@@ -25,43 +26,43 @@
 
 #include "dedup.h"
 
+#define SWEEPER_STATE_TRANCHE "dedup_sweeper_state"
+
 PG_FUNCTION_INFO_V1(dedup_sweeper_status);
 PG_FUNCTION_INFO_V1(dedup_sweeper_wake);
 
 DedupSharedState *DedupShared = NULL;
 
 static Size
-dedup_shmem_size(void)
+sweeper_shmem_size(void)
 {
 	return add_size(offsetof(DedupSharedState, slots),
 					mul_size(dedup_max_databases, sizeof(DedupDatabaseSlot)));
 }
 
-/* shmem_request_hook: reserve what dedup_shmem_startup will initialise */
+/* shmem_request_hook part: reserve what dedup_sweeper_shmem_startup uses */
 void
-dedup_shmem_request(void)
+dedup_sweeper_shmem_request(void)
 {
-	RequestAddinShmemSpace(add_size(dedup_shmem_size(),
-									dedup_stats_shmem_size()));
-	/* [0]: the sweeper's slots; [1]: the claim counters */
-	RequestNamedLWLockTranche("dedup", 2);
+	RequestAddinShmemSpace(sweeper_shmem_size());
+	RequestNamedLWLockTranche(SWEEPER_STATE_TRANCHE, 1);
 }
 
-/* shmem_startup_hook: create or attach to the shared state */
+/* shmem_startup_hook part: create or attach to the slots */
 void
-dedup_shmem_startup(void)
+dedup_sweeper_shmem_startup(void)
 {
 	bool		found;
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	DedupShared = ShmemInitStruct("dedup", dedup_shmem_size(), &found);
+	DedupShared = ShmemInitStruct("dedup sweeper state", sweeper_shmem_size(),
+								  &found);
 	if (!found)
 	{
-		memset(DedupShared, 0, dedup_shmem_size());
-		DedupShared->lock = &(GetNamedLWLockTranche("dedup"))->lock;
+		memset(DedupShared, 0, sweeper_shmem_size());
+		DedupShared->lock = &(GetNamedLWLockTranche(SWEEPER_STATE_TRANCHE))->lock;
 		DedupShared->nslots = dedup_max_databases;
 	}
-	dedup_stats_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
