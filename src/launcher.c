@@ -99,6 +99,7 @@ launcher_databases(void)
 	if (dedup_databases[0] != '\0')
 		(void) SplitIdentifierString(pstrdup(dedup_databases), ',', &wanted);
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "listing databases");
@@ -229,6 +230,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	}
 	warned_no_worker_slot = false;
 
+	SetCurrentStatementStartTimestamp();
 	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
 	status = WaitForBackgroundWorkerStartup(handle, &pid);
 	if (status == BGWH_STARTED)

@@ -9,12 +9,14 @@
  * rows) is its own transaction, so no lock, snapshot or xmin is held
  * between batches; it never waits for a table lock, and hardly for a row
  * lock (it gives up and tries at the next sweep instead, so it cannot
- * deadlock with ALTER EXTENSION or other DDL); between batches it steps aside for DROP DATABASE and ALTER
- * DATABASE, which otherwise fail while a session is connected; and it stops
- * after dedup.sweep_max_duration.
+ * deadlock with ALTER EXTENSION or other DDL); between batches it steps
+ * aside for DROP DATABASE and ALTER DATABASE, which otherwise fail while a
+ * session is connected; and it stops after dedup.sweep_max_duration.
  *
  * The deletes run with the privileges of dedup.sweep_role, or of the owner
- * of processed_messages, as a security-restricted operation.
+ * of processed_messages, as a security-restricted operation, and with the
+ * sweeper's own transaction settings, whatever the database's owner has
+ * set for the database.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,8 +43,37 @@
 
 #include "dedup.h"
 
-/* the longest a batch waits for a row locked by another transaction */
-#define SWEEPER_LOCK_TIMEOUT "100ms"
+/*
+ * The sweeper's own settings, over whatever ALTER DATABASE or ALTER ROLE
+ * set for the database: a database owner must not be able to stall the
+ * sweep (a read-only, or serializable deferrable, transaction), make it fail
+ * (read-only, timeouts, exit_on_error) or redirect it (search_path).
+ */
+static const struct
+{
+	const char *name;
+	const char *value;
+}			sweeper_settings[] =
+{
+	/* nothing the sweep runs is looked up through a user's search_path */
+	{"search_path", "pg_catalog, pg_temp"},
+	{"default_transaction_isolation", "read committed"},
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_deferrable", "off"},
+	{"statement_timeout", "0"},
+	{"idle_in_transaction_session_timeout", "0"},
+#if PG_VERSION_NUM >= 170000
+	{"transaction_timeout", "0"},
+#endif
+	{"exit_on_error", "off"},
+
+	/*
+	 * Table locks are only ever tried (sweeper_begin), and claims never lock
+	 * the rows a sweep deletes; this bounds the wait for a row that someone
+	 * else has locked, say with SELECT ... FOR UPDATE.
+	 */
+	{"lock_timeout", "100ms"},
+};
 
 static DedupDatabaseSlot *my_slot = NULL;
 
@@ -112,7 +143,9 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 	Oid			role;
 
 	*busy = false;
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	pgstat_report_activity(STATE_RUNNING, "dedup sweep: taking locks");
 	PushActiveSnapshot(GetTransactionSnapshot());
 
 	schema = dedup_extension_schema(true);
@@ -237,17 +270,9 @@ dedup_sweeper_main(Datum main_arg)
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
-	/* nothing the sweep runs is looked up through a user's search_path */
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
-					PGC_S_OVERRIDE);
-
-	/*
-	 * Table locks are only ever tried (sweeper_begin), and claims never lock
-	 * the rows a sweep deletes; this bounds the wait for a row that someone
-	 * else has locked, say with SELECT ... FOR UPDATE.
-	 */
-	SetConfigOption("lock_timeout", SWEEPER_LOCK_TIMEOUT, PGC_SUSET,
-					PGC_S_OVERRIDE);
+	for (int i = 0; i < lengthof(sweeper_settings); i++)
+		SetConfigOption(sweeper_settings[i].name, sweeper_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
 
 	start = GetCurrentTimestamp();
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
