@@ -48,8 +48,7 @@ extern Oid	dedup_extension_schema(bool missing_ok);
 typedef enum DedupDatabaseState
 {
 	DEDUP_DB_UNKNOWN,			/* not probed yet: sweep it to find out */
-	DEDUP_DB_ACTIVE,			/* dedup is installed: swept on schedule */
-	DEDUP_DB_ABSENT				/* dedup is not installed: left alone */
+	DEDUP_DB_ACTIVE				/* dedup is installed: swept on schedule */
 } DedupDatabaseState;
 
 typedef enum DedupSweepOutcome
@@ -69,6 +68,7 @@ typedef struct DedupDatabaseSlot
 	Oid			dboid;			/* InvalidOid: free slot */
 	DedupDatabaseState state;
 	TimestampTz next_sweep;
+	bool		woken;			/* dedup_sweeper_wake() since the sweep began */
 	int			failures;		/* consecutive failed sweeps (back-off) */
 	pid_t		sweeper_pid;	/* sweeping now, or 0 */
 	DedupSweepOutcome last_outcome;
@@ -85,6 +85,7 @@ typedef struct DedupSharedState
 	LWLock	   *lock;
 	pid_t		launcher_pid;	/* 0 when no launcher runs */
 	Latch	   *launcher_latch;
+	Oid			woken_untracked;	/* dedup_sweeper_wake() found no free slot */
 	int			nslots;
 	DedupDatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } DedupSharedState;

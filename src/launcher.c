@@ -12,8 +12,9 @@
  *
  * Each database's schedule lives in its shared-memory slot
  * (sweeper_state.c).  A database is probed once; where dedup is not
- * installed it is left alone until CREATE EXTENSION wakes the launcher
- * (dedup_sweeper_wake), or the launcher restarts.  A failed sweep is retried with exponential back-off,
+ * installed its slot is given back and it is left alone until CREATE
+ * EXTENSION wakes the launcher (dedup_sweeper_wake), or the launcher
+ * restarts, so that dedup.max_databases counts databases with dedup only.  A failed sweep is retried with exponential back-off,
  * so a persistent error is logged ever more rarely, never in a flood.
  *
  *-------------------------------------------------------------------------
@@ -49,6 +50,22 @@ typedef struct LauncherDatabase
 	Oid			oid;
 	char		name[NAMEDATALEN];
 } LauncherDatabase;
+
+/*
+ * Databases found without dedup, in TopMemoryContext.  Their shared slots
+ * are given back, so that they cannot crowd out databases with dedup; they
+ * are probed again when CREATE EXTENSION gives them a slot (or finds none
+ * free: recheck_absent, woken_untracked), when they are listed in
+ * dedup.databases again, and by a new launcher.
+ */
+static List *absent_databases = NIL;
+static bool recheck_absent = false;
+
+/* the database whose CREATE EXTENSION found no free slot */
+static Oid	woken_untracked = InvalidOid;
+
+/* a database that got no slot in the last pass: retry at the next interval */
+static bool untracked_database = false;
 
 /* say each of these once, not at every sweep */
 static bool warned_no_worker_slot = false;
@@ -140,13 +157,16 @@ launcher_databases(void)
 }
 
 /*
- * Give each listed database a slot, and free the slots of databases that
- * were dropped or are no longer listed.
+ * Free the slots of databases that were dropped or are no longer listed,
+ * forget them as absent databases, and take the requests of CREATE
+ * EXTENSIONs that found no free slot.
  */
 static void
 launcher_sync_slots(List *databases)
 {
 	ListCell   *lc;
+	List	   *still_absent = NIL;
+	MemoryContext oldcontext;
 
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < DedupShared->nslots; i++)
@@ -159,21 +179,63 @@ launcher_sync_slots(List *databases)
 		if (!listed && slot->sweeper_pid == 0)
 			slot->dboid = InvalidOid;
 	}
-	foreach(lc, databases)
+	if (OidIsValid(DedupShared->woken_untracked))
 	{
-		LauncherDatabase *db = lfirst(lc);
-
-		if (dedup_database_slot(db->oid, true) == NULL &&
-			!warned_no_database_slot)
-		{
-			ereport(WARNING,
-					(errmsg("dedup sweeper cannot track database \"%s\": all %d slots are in use",
-							db->name, DedupShared->nslots),
-					 errhint("Raise dedup.max_databases, or list the databases to sweep in dedup.databases.")));
-			warned_no_database_slot = true;
-		}
+		recheck_absent = true;
+		woken_untracked = DedupShared->woken_untracked;
+		DedupShared->woken_untracked = InvalidOid;
 	}
 	LWLockRelease(DedupShared->lock);
+
+	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+	foreach(lc, databases)
+	{
+		Oid			oid = ((LauncherDatabase *) lfirst(lc))->oid;
+
+		if (list_member_oid(absent_databases, oid))
+			still_absent = lappend_oid(still_absent, oid);
+	}
+	list_free(absent_databases);
+	absent_databases = still_absent;
+	MemoryContextSwitchTo(oldcontext);
+}
+
+/*
+ * The slot of a listed database, taken now if it has none and is to be
+ * probed; false when it is left alone (absent) or no slot is free.  Slot
+ * exhaustion is logged once, until every database is tracked again.
+ */
+static bool
+launcher_track(LauncherDatabase *db)
+{
+	bool		absent = list_member_oid(absent_databases, db->oid);
+	DedupDatabaseSlot *slot;
+
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	slot = dedup_database_slot(db->oid, false);
+	if (slot == NULL && (!absent || recheck_absent))
+		slot = dedup_database_slot(db->oid, true);
+	LWLockRelease(DedupShared->lock);
+
+	if (slot == NULL && (!absent || recheck_absent))
+	{
+		/* name a database that may have dedup, not any absent one */
+		if ((!absent || db->oid == woken_untracked) && !warned_no_database_slot)
+			ereport(LOG,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("dedup sweeper cannot track database \"%s\": all %d slots are in use",
+							db->name, DedupShared->nslots),
+					 errhint("Raise dedup.max_databases, or list the databases to sweep in dedup.databases.")));
+		warned_no_database_slot = true;
+		untracked_database = true;
+		return false;
+	}
+	/* woken by CREATE EXTENSION, or probed again */
+	if (slot != NULL && absent)
+		absent_databases = list_delete_oid(absent_databases, db->oid);
+	if (slot != NULL && db->oid == woken_untracked)
+		woken_untracked = InvalidOid;
+	return slot != NULL;
 }
 
 /*
@@ -192,6 +254,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	TimestampTz now;
 	pid_t		pid;
 	int			shift;
+	bool		absent = false;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
@@ -211,6 +274,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	slot = dedup_database_slot(db->oid, false);
 	previous_outcome = slot->last_outcome;
 	slot->last_outcome = DEDUP_SWEEP_RUNNING;	/* until the sweeper says */
+	slot->woken = false;
 	LWLockRelease(DedupShared->lock);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
@@ -253,13 +317,20 @@ launcher_sweep_database(LauncherDatabase *db)
 	switch (slot->last_outcome)
 	{
 		case DEDUP_SWEEP_NO_EXTENSION:
-			if (slot->state != DEDUP_DB_ABSENT && dedup_databases[0] != '\0')
+			/* CREATE EXTENSION committed after the sweeper looked */
+			if (slot->woken)
+			{
+				slot->state = DEDUP_DB_UNKNOWN;
+				slot->next_sweep = 0;
+				break;
+			}
+			if (dedup_databases[0] != '\0')
 				ereport(WARNING,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						 errmsg("database \"%s\" is listed in dedup.databases, but extension \"dedup\" is not installed there",
 								db->name)));
-			slot->state = DEDUP_DB_ABSENT;
-			slot->failures = 0;
+			slot->dboid = InvalidOid;
+			absent = true;
 			break;
 		case DEDUP_SWEEP_DONE:
 		case DEDUP_SWEEP_PARTIAL:
@@ -278,6 +349,14 @@ launcher_sweep_database(LauncherDatabase *db)
 			break;
 	}
 	LWLockRelease(DedupShared->lock);
+
+	if (absent)
+	{
+		MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+
+		absent_databases = lappend_oid(absent_databases, db->oid);
+		MemoryContextSwitchTo(oldcontext);
+	}
 }
 
 /* Sweep every listed database that is due, one after the other. */
@@ -288,6 +367,7 @@ launcher_sweep_due_databases(void)
 	ListCell   *lc;
 
 	launcher_sync_slots(databases);
+	untracked_database = false;
 	foreach(lc, databases)
 	{
 		LauncherDatabase *db = lfirst(lc);
@@ -295,14 +375,21 @@ launcher_sweep_due_databases(void)
 		bool		due;
 
 		CHECK_FOR_INTERRUPTS();
+		if (!launcher_track(db))
+			continue;
 		LWLockAcquire(DedupShared->lock, LW_SHARED);
 		slot = dedup_database_slot(db->oid, false);
-		due = (slot != NULL && slot->state != DEDUP_DB_ABSENT &&
-			   slot->next_sweep <= GetCurrentTimestamp());
+		due = (slot != NULL && slot->next_sweep <= GetCurrentTimestamp());
 		LWLockRelease(DedupShared->lock);
 
 		if (due)
 			launcher_sweep_database(db);
+	}
+	/* every absent database has been probed again, or is waiting for a slot */
+	if (!untracked_database)
+	{
+		recheck_absent = false;
+		warned_no_database_slot = false;
 	}
 }
 
@@ -316,12 +403,16 @@ launcher_next_wakeup(void)
 {
 	TimestampTz next_wakeup = DT_NOEND;
 
+	/* a slot may have been freed since the database was turned away */
+	if (untracked_database)
+		next_wakeup = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  dedup_sweep_interval * 1000L);
 	LWLockAcquire(DedupShared->lock, LW_SHARED);
 	for (int i = 0; i < DedupShared->nslots; i++)
 	{
 		DedupDatabaseSlot *slot = &DedupShared->slots[i];
 
-		if (slot->dboid != InvalidOid && slot->state != DEDUP_DB_ABSENT)
+		if (slot->dboid != InvalidOid)
 			next_wakeup = Min(next_wakeup, slot->next_sweep);
 	}
 	LWLockRelease(DedupShared->lock);

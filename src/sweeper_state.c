@@ -175,9 +175,8 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		values[2] = CStringGetTextDatum(slot.state == DEDUP_DB_ACTIVE ? "active" :
-										slot.state == DEDUP_DB_ABSENT ? "absent" :
-										"unknown");
+		values[2] = CStringGetTextDatum(slot.state == DEDUP_DB_ACTIVE ?
+										"active" : "unknown");
 		if (slot.sweeper_pid != 0)
 			values[3] = Int32GetDatum(slot.sweeper_pid);
 		else
@@ -195,8 +194,7 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 		else
 			nulls[9] = true;
 		set_timestamp(values, nulls, 10, slot.last_error_at);
-		set_timestamp(values, nulls, 11, running && slot.state != DEDUP_DB_ABSENT ?
-					  slot.next_sweep : 0);
+		set_timestamp(values, nulls, 11, running ? slot.next_sweep : 0);
 	}
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
@@ -223,10 +221,11 @@ wake_at_commit_callback(XactEvent event, void *arg)
 			slot = dedup_database_slot(MyDatabaseId, true);
 			if (slot != NULL)
 			{
-				if (slot->state == DEDUP_DB_ABSENT)
-					slot->state = DEDUP_DB_UNKNOWN;
+				slot->woken = true;
 				slot->next_sweep = 0;
 			}
+			else
+				DedupShared->woken_untracked = MyDatabaseId;
 			dedup_wake_launcher();
 			LWLockRelease(DedupShared->lock);
 			wake_at_commit = false;
