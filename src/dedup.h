@@ -57,7 +57,8 @@ typedef enum DedupSweepOutcome
 	DEDUP_SWEEP_RUNNING,		/* started, no outcome yet */
 	DEDUP_SWEEP_FAILED,			/* error, or the sweeper died */
 	DEDUP_SWEEP_DONE,			/* every expired row deleted */
-	DEDUP_SWEEP_PARTIAL,		/* stopped early: time limit or yielded to DDL */
+	DEDUP_SWEEP_PARTIAL,		/* stopped early: time limit, DDL, a locked row */
+	DEDUP_SWEEP_BLOCKED,		/* another session holds a lock it needs */
 	DEDUP_SWEEP_NO_EXTENSION	/* dedup is not installed there */
 } DedupSweepOutcome;
 
@@ -74,6 +75,7 @@ typedef struct DedupDatabaseSlot
 	DedupSweepOutcome last_outcome;
 	TimestampTz last_start;
 	TimestampTz last_end;
+	int			blocked_sweeps; /* consecutive sweeps ended 'blocked' */
 	int64		last_rows;
 	int64		total_rows;
 	TimestampTz last_error_at;

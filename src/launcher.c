@@ -221,12 +221,14 @@ launcher_track(LauncherDatabase *db)
 	{
 		/* name a database that may have dedup, not any absent one */
 		if ((!absent || db->oid == woken_untracked) && !warned_no_database_slot)
+		{
 			ereport(LOG,
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 					 errmsg("dedup sweeper cannot track database \"%s\": all %d slots are in use",
 							db->name, DedupShared->nslots),
 					 errhint("Raise dedup.max_databases, or list the databases to sweep in dedup.databases.")));
-		warned_no_database_slot = true;
+			warned_no_database_slot = true;
+		}
 		untracked_database = true;
 		return false;
 	}
@@ -334,6 +336,7 @@ launcher_sweep_database(LauncherDatabase *db)
 			break;
 		case DEDUP_SWEEP_DONE:
 		case DEDUP_SWEEP_PARTIAL:
+		case DEDUP_SWEEP_BLOCKED:
 			slot->state = DEDUP_DB_ACTIVE;
 			slot->failures = 0;
 			slot->next_sweep = TimestampTzPlusMilliseconds(launched,

@@ -26,6 +26,7 @@
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -103,6 +104,11 @@ sweeper_finish(DedupSweepOutcome outcome, const char *error)
 {
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
 	my_slot->last_outcome = outcome;
+	/* see sweeper_blocked */
+	if (outcome != DEDUP_SWEEP_BLOCKED)
+		my_slot->blocked_sweeps = 0;
+	else if (my_slot->state == DEDUP_DB_ACTIVE)
+		my_slot->blocked_sweeps++;
 	if (error != NULL)
 	{
 		strlcpy(my_slot->last_error, error, DEDUP_ERROR_LEN);
@@ -126,6 +132,81 @@ sweeper_database_wanted(void)
 		return true;
 	LockRelease(&tag, AccessShareLock, true);
 	return false;
+}
+
+/*
+ * The pid of a session holding a lock on tag that conflicts with mode, or 0
+ * (none found, or a prepared transaction).  Reads the whole lock table: for
+ * the log only.
+ */
+static int
+sweeper_lock_holder(const LOCKTAG *tag, LOCKMODE mode)
+{
+	LockData   *data = GetLockStatusData();
+	LOCKMASK	conflicts = GetLockTagsMethodTable(tag)->conflictTab[mode];
+	int			pid = 0;
+
+	for (int i = 0; i < data->nelements && pid == 0; i++)
+	{
+		LockInstanceData *instance = &data->locks[i];
+
+		if (instance->pid != MyProcPid &&
+			memcmp(&instance->locktag, tag, sizeof(LOCKTAG)) == 0 &&
+			(instance->holdMask & conflicts) != 0)
+			pid = instance->pid;
+	}
+	return pid;
+}
+
+/*
+ * A lock the sweep needs is held by another session: the sweep ends
+ * 'blocked'.  Say so in the log at the first blocked sweep, and then after
+ * 10, 100, 1000... consecutive ones.  Not while the database is still being
+ * probed (state unknown): the session whose CREATE EXTENSION woke us may
+ * still be releasing its locks.  relid is the table found locked (wanted in
+ * mode), InvalidOid for the sweep lock.  Returns InvalidOid with *busy set,
+ * for sweeper_begin to return.
+ */
+static Oid
+sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
+{
+	int			blocked;
+	bool		probing;
+	int			n;
+	const char *what;
+	int			holder = 0;
+
+	*busy = true;
+	LWLockAcquire(DedupShared->lock, LW_SHARED);
+	blocked = my_slot->blocked_sweeps + 1;
+	probing = (my_slot->state != DEDUP_DB_ACTIVE);
+	LWLockRelease(DedupShared->lock);
+	for (n = blocked; n % 10 == 0; n /= 10)
+		;
+	if (probing || n != 1)
+		return InvalidOid;
+
+	if (OidIsValid(relid))
+	{
+		LOCKTAG		tag;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
+		holder = sweeper_lock_holder(&tag, mode);
+		what = psprintf("a lock on table \"%s\"", get_rel_name(relid));
+	}
+	else
+		what = "the sweep lock";
+	if (holder != 0)
+		ereport(LOG,
+				(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s (pid %d)",
+						get_database_name(MyDatabaseId), what, holder),
+				 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
+	else
+		ereport(LOG,
+				(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s",
+						get_database_name(MyDatabaseId), what),
+				 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
+	return InvalidOid;
 }
 
 /*
@@ -155,13 +236,12 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 	retention = get_relname_relid("dedup_retention", schema);
 	if (!OidIsValid(messages) || !OidIsValid(retention))
 		return InvalidOid;
-	if (!ConditionalLockRelationOid(messages, messages_lock) ||
-		!ConditionalLockRelationOid(retention, AccessShareLock) ||
-		!dedup_sweep_lock(messages, false))
-	{
-		*busy = true;
-		return InvalidOid;
-	}
+	if (!ConditionalLockRelationOid(messages, messages_lock))
+		return sweeper_blocked(messages, messages_lock, busy);
+	if (!ConditionalLockRelationOid(retention, AccessShareLock))
+		return sweeper_blocked(retention, AccessShareLock, busy);
+	if (!dedup_sweep_lock(messages, false))
+		return sweeper_blocked(InvalidOid, NoLock, busy);
 	/* DROP EXTENSION may have committed before we got the locks */
 	if (get_relname_relid("processed_messages", schema) != messages)
 		return InvalidOid;
@@ -214,7 +294,7 @@ sweeper_sweep(TimestampTz start)
 	if (!OidIsValid(schema))
 	{
 		sweeper_end();
-		return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
+		return busy ? DEDUP_SWEEP_BLOCKED : DEDUP_SWEEP_NO_EXTENSION;
 	}
 	pgstat_report_activity(STATE_RUNNING, "dedup sweep: listing expired claims");
 	/* the list must outlive the transaction */
@@ -242,7 +322,7 @@ sweeper_sweep(TimestampTz start)
 			if (!OidIsValid(schema))
 			{
 				sweeper_end();
-				return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
+				return busy ? DEDUP_SWEEP_BLOCKED : DEDUP_SWEEP_NO_EXTENSION;
 			}
 			pgstat_report_activity(STATE_RUNNING, "dedup sweep: deleting expired claims");
 			deleted = dedup_sweep_batch(schema, target, dedup_sweep_batch_size);

@@ -117,6 +117,8 @@ outcome_name(DedupSweepOutcome outcome)
 			return "done";
 		case DEDUP_SWEEP_PARTIAL:
 			return "partial";
+		case DEDUP_SWEEP_BLOCKED:
+			return "blocked";
 		case DEDUP_SWEEP_NO_EXTENSION:
 			return "no extension";
 	}
