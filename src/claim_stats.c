@@ -15,8 +15,11 @@
  * untracked claims, so that no number of consumers can take shared memory
  * that the rest of the server (the lock table, say) needs.
  * The counters are written to pg_stat/dedup.stat at a clean shutdown and
- * read back at startup, so they survive a clean restart; after a crash they
- * start from zero (the file is removed once read).
+ * read back at startup, so they survive a clean restart.  After a crash or
+ * an immediate shutdown, which are followed by crash recovery, they start
+ * from zero, as PostgreSQL's own statistics do: the control file tells the
+ * two apart, both when the postmaster exits and when it starts (the file is
+ * also removed once read).
  *
  * Counted are dedup_claim() calls, whatever their transaction does later:
  * a claim whose transaction rolls back still counts, as its redelivery will.
@@ -29,7 +32,9 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "catalog/pg_control.h"
 #include "commands/dbcommands.h"
+#include "common/controldata_utils.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -138,7 +143,28 @@ dedup_claim_stats_shmem_request(void)
 	RequestNamedLWLockTranche(STATS_TRANCHE, 1);
 }
 
-/* Write the counters to STATS_FILE: on_shmem_exit of the postmaster. */
+/*
+ * Whether the control file says that the server was shut down cleanly (at
+ * startup: last time; at exit: now).  After a crash, or an immediate
+ * shutdown, it does not, and crash recovery follows.
+ */
+static bool
+stats_shut_down_cleanly(void)
+{
+	bool		crc_ok;
+	ControlFileData *control = get_controlfile(DataDir, &crc_ok);
+	bool		clean = crc_ok &&
+		(control->state == DB_SHUTDOWNED ||
+		 control->state == DB_SHUTDOWNED_IN_RECOVERY);
+
+	pfree(control);
+	return clean;
+}
+
+/*
+ * Write the counters to STATS_FILE at a clean shutdown: on_shmem_exit of
+ * the postmaster.
+ */
 static void
 stats_save(int code, Datum arg)
 {
@@ -149,8 +175,8 @@ stats_save(int code, Datum arg)
 	uint64		untracked = pg_atomic_read_u64(&stats_shared->untracked_claims);
 	int64		count = hash_get_num_entries(stats_hash);
 
-	/* after a crash the counters are not trustworthy: don't keep them */
-	if (code != 0)
+	/* counters that may have missed updates are not kept */
+	if (!stats_shut_down_cleanly())
 		return;
 
 	file = AllocateFile(STATS_FILE_TMP, PG_BINARY_W);
@@ -187,7 +213,10 @@ error:
 	unlink(STATS_FILE_TMP);
 }
 
-/* Read the counters a clean shutdown left, then remove the file. */
+/*
+ * Read the counters a clean shutdown left, then remove the file; after a
+ * crash, remove it unread.
+ */
 static void
 stats_load(void)
 {
@@ -202,6 +231,14 @@ stats_load(void)
 	{
 		if (errno != ENOENT)
 			goto error;
+		return;
+	}
+	if (!stats_shut_down_cleanly())
+	{
+		ereport(LOG,
+				(errmsg("dedup claim counters start from zero after crash recovery")));
+		FreeFile(file);
+		unlink(STATS_FILE);
 		return;
 	}
 	if (fread(header, sizeof(header), 1, file) != 1 ||
