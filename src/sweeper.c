@@ -174,7 +174,6 @@ sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 	bool		probing;
 	int			n;
 	const char *what;
-	int			holder = 0;
 
 	*busy = true;
 	LWLockAcquire(DedupShared->lock, LW_SHARED);
@@ -189,23 +188,20 @@ sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 	if (OidIsValid(relid))
 	{
 		LOCKTAG		tag;
+		int			holder;
 
 		SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
 		holder = sweeper_lock_holder(&tag, mode);
-		what = psprintf("a lock on table \"%s\"", get_rel_name(relid));
+		what = holder != 0 ?
+			psprintf("a lock on table \"%s\" (pid %d)", get_rel_name(relid), holder) :
+			psprintf("a lock on table \"%s\"", get_rel_name(relid));
 	}
 	else
 		what = "the sweep lock";
-	if (holder != 0)
-		ereport(LOG,
-				(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s (pid %d)",
-						get_database_name(MyDatabaseId), what, holder),
-				 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
-	else
-		ereport(LOG,
-				(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s",
-						get_database_name(MyDatabaseId), what),
-				 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
+	ereport(LOG,
+			(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s",
+					get_database_name(MyDatabaseId), what),
+			 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
 	return InvalidOid;
 }
 
