@@ -27,7 +27,14 @@
 
 #include "dedup.h"
 
+#if PG_VERSION_NUM >= 180000
+PG_MODULE_MAGIC_EXT(
+					.name = "dedup",
+					.version = "1.0"
+);
+#else
 PG_MODULE_MAGIC;
+#endif
 
 void		_PG_init(void);
 

@@ -12,10 +12,11 @@
  *
  * Each database's schedule lives in its shared-memory slot
  * (sweeper_state.c).  A database is probed once; where dedup is not
- * installed its slot is given back and it is left alone until CREATE
- * EXTENSION wakes the launcher (dedup_sweeper_wake), or the launcher
- * restarts, so that dedup.max_databases counts databases with dedup only.  A failed sweep is retried with exponential back-off,
- * so a persistent error is logged ever more rarely, never in a flood.
+ * installed its slot is given back, so that dedup.max_databases counts
+ * databases with dedup only, and it is left alone until CREATE EXTENSION
+ * wakes the launcher (dedup_sweeper_wake), or the launcher restarts.  A
+ * failed sweep is retried with exponential back-off, so a persistent error
+ * is logged ever more rarely, never in a flood.
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +40,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
+#include "utils/wait_event.h"
 
 #include "dedup.h"
 
@@ -70,6 +72,21 @@ static bool untracked_database = false;
 /* say each of these once, not at every sweep */
 static bool warned_no_worker_slot = false;
 static bool warned_no_database_slot = false;
+
+/* the launcher's wait between passes, with a name of its own on PG 17+ */
+static uint32
+launcher_wait_event(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 wait_event = 0;
+
+	if (wait_event == 0)
+		wait_event = WaitEventExtensionNew("DedupLauncherMain");
+	return wait_event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
 
 static void
 launcher_detach(int code, Datum arg)
@@ -507,7 +524,7 @@ dedup_launcher_main(Datum main_arg)
 														 next_wakeup);
 			events |= WL_TIMEOUT;
 		}
-		(void) WaitLatch(MyLatch, events, timeout_ms, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, events, timeout_ms, launcher_wait_event());
 		ResetLatch(MyLatch);
 	}
 }
