@@ -178,13 +178,14 @@ wait_sweep('owned', 'done',
 	'with the settings and a serializable transaction open, sweeps end done');
 is(count_of('owned', 'd'), '2', '... and delete the expired claims');
 
-my $locker = $node->background_psql('owned');
+# kept until the row is locked, so that no sweep deletes it before
+sql('owned', q{SELECT dedup_keep_forever('e')});
 add_expired('owned', 'e', 4);
+my $locker = $node->background_psql('owned');
 $locker->query_safe(q{
-SET statement_timeout = 0;
-SET idle_in_transaction_session_timeout = 0;
-BEGIN READ WRITE ISOLATION LEVEL READ COMMITTED;
+BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT 1 FROM processed_messages WHERE consumer_name = 'e' AND message_id = 'm3' FOR UPDATE});
+sql('owned', q{SELECT dedup_reset_retention('e')});
 $offset = -s $node->logfile;
 wait_sweep('owned', 'partial',
 	'with exit_on_error on, a locked row still ends a sweep partial');
@@ -227,14 +228,18 @@ ok($node->poll_query_until('app3', q{SELECT count(*) FROM processed_messages WHE
 ###############################################################################
 note('3. a sweep blocked by a table lock');
 
-add_expired('owned', 'f', 4);
-my $holder = $node->background_psql('owned');
-$holder->query_safe('BEGIN; LOCK TABLE processed_messages IN EXCLUSIVE MODE');
-my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
 $offset = -s $node->logfile;
+my $holder = $node->background_psql('owned');
+$holder->query_safe(qq{
+BEGIN;
+LOCK TABLE processed_messages IN EXCLUSIVE MODE;
+INSERT INTO processed_messages
+SELECT 'f', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
+my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
 wait_sweep('owned', 'blocked', 'a sweep that finds the table locked ends blocked');
 wait_sweep('owned', 'blocked', '... and so does the next one');
-is(count_of('owned', 'f'), '4', '... deleting nothing');
+is(sql('owned', 'SELECT last_sweep_rows, last_error IS NULL FROM dedup_sweeper'),
+	'0|t', '... deleting nothing, and with no error');
 my $blocked_re =
   qr/LOG:  dedup sweep of database "owned" is blocked: another session holds a lock on table "processed_messages" \(pid $holder_pid\)/;
 is(occurrences(log_from($offset), $blocked_re), 1,
@@ -247,9 +252,10 @@ $holder->quit;
 ###############################################################################
 note('4. the sweeper in pg_stat_activity');
 
-sql('postgres', q{ALTER SYSTEM SET dedup.sweep_batch_size = 50; SELECT pg_reload_conf()});
-ok($node->poll_query_until('postgres', q{SELECT current_setting('dedup.sweep_batch_size')}, '50'),
-	'dedup.sweep_batch_size = 50');
+# a sweep of 20000 batches: long enough to be seen in a later batch
+sql('postgres', q{ALTER SYSTEM SET dedup.sweep_batch_size = 10; SELECT pg_reload_conf()});
+ok($node->poll_query_until('postgres', q{SELECT current_setting('dedup.sweep_batch_size')}, '10'),
+	'dedup.sweep_batch_size = 10');
 sql('owned', qq{
 INSERT INTO processed_messages
 SELECT 'big', 'm' || i, $L - i * interval '1 second' FROM generate_series(0, 200000) i});
@@ -258,7 +264,7 @@ ok( $node->poll_query_until(
 		'postgres', q{
 SELECT count(*) = 1 FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper' AND state = 'active'
-   AND xact_start > backend_start + interval '300 ms'
+   AND xact_start > backend_start + interval '100 ms'
    AND query_start >= xact_start
    AND query_start > clock_timestamp() - interval '10 s'}),
 	'the sweeper shows the start of its current transaction, not its own');

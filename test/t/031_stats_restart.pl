@@ -97,12 +97,17 @@ is($node->safe_psql('postgres', $counters), 'billing:0/1',
 
 # a backend dies by SIGKILL: the postmaster kills every other process and
 # reinitializes shared memory, as after any crash
+my $launcher = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'});
+like($launcher, qr/^\d+$/, 'the launcher runs');
 my $victim = $node->background_psql('postgres');
 my $pid = $victim->query_safe('SELECT pg_backend_pid()');
 $offset = -s $node->logfile;
 kill 'KILL', $pid;
+# the launcher too is killed and started again
 $node->poll_query_until('postgres',
-	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'})
+	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'
+	  AND pid <> } . $launcher)
   or die 'the server did not come back after the crash';
 like(slurp_file($node->logfile, $offset), qr/all server processes terminated; reinitializing/,
 	'the server went through crash recovery');
