@@ -12,8 +12,8 @@ OBJS = \
 	src/relations.o \
 	src/claim.o \
 	src/sweep.o \
-	src/status.o \
-	src/stats.o \
+	src/sweeper_state.o \
+	src/claim_stats.o \
 	src/launcher.o \
 	src/sweeper.o
 

@@ -18,7 +18,7 @@
  * the privilege that matters, refined per consumer by dedup_consumer_roles.
  *
  * This file owns argument checking, the per-consumer claimant check and the
- * claim itself, which reports its outcome to the counters (stats.c).
+ * claim itself, which reports its outcome to the counters (claim_stats.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * dedup.c
- *	  Module entry point of the dedup extension.
+ *	  Module entry point of the dedup extension: it defines the parameters,
+ *	  wires the shared-memory hooks to the subsystems that own shared memory
+ *	  (sweeper_state.c, claim_stats.c) and registers the launcher.
  *
  * The library can be loaded on demand (the first dedup_claim() call in a
  * backend) or through shared_preload_libraries; claims work either way.
@@ -17,37 +19,45 @@
 
 #include "dedup.h"
 
+#if PG_VERSION_NUM >= 180000
+PG_MODULE_MAGIC_EXT(
+					.name = "dedup",
+					.version = "1.1"
+);
+#else
 PG_MODULE_MAGIC;
+#endif
 
 void		_PG_init(void);
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-#if PG_VERSION_NUM >= 150000
+/* shmem_request_hook: each subsystem reserves its own shared memory */
 static void
 shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	dedup_shmem_request();
+	dedup_sweeper_shmem_request();
+	dedup_claim_stats_shmem_request();
 }
-#endif
 
+/* shmem_startup_hook: each subsystem creates or attaches to its own */
 static void
 shmem_startup(void)
 {
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
-	dedup_shmem_startup();
+	dedup_sweeper_shmem_startup();
+	dedup_claim_stats_shmem_startup();
 }
 
 /*
  * Loaded on demand, the library defines its parameters and nothing else.
- * Preloaded, it also sets up the sweeper's shared memory and registers the
- * launcher -- except in binary-upgrade mode, where nothing may be written.
+ * Preloaded, it also sets up the shared memory of the sweeper and of the
+ * claim counters, and registers the launcher -- except in binary-upgrade
+ * mode, where nothing may be written.
  */
 void
 _PG_init(void)
@@ -57,12 +67,8 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;
 
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = shmem_request;
-#else
-	dedup_shmem_request();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = shmem_startup;
 

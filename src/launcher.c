@@ -10,11 +10,13 @@
  * It runs on primaries only (it starts when recovery finishes, so a promoted
  * standby starts sweeping), and not at all in binary-upgrade mode.
  *
- * Each database's schedule lives in its shared-memory slot (status.c).  A
- * database is probed once; where dedup is not installed it is left alone
- * until CREATE EXTENSION wakes the launcher (dedup_sweeper_wake), or the
- * launcher restarts.  A failed sweep is retried with exponential back-off,
- * so a persistent error is logged ever more rarely, never in a flood.
+ * Each database's schedule lives in its shared-memory slot
+ * (sweeper_state.c).  A database is probed once; where dedup is not
+ * installed its slot is given back, so that dedup.max_databases counts
+ * databases with dedup only, and it is left alone until CREATE EXTENSION
+ * wakes the launcher (dedup_sweeper_wake), or the launcher restarts.  A
+ * failed sweep is retried with exponential back-off, so a persistent error
+ * is logged ever more rarely, never in a flood.
  *
  *-------------------------------------------------------------------------
  */
@@ -38,6 +40,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
+#include "utils/wait_event.h"
 
 #include "dedup.h"
 
@@ -50,9 +53,40 @@ typedef struct LauncherDatabase
 	char		name[NAMEDATALEN];
 } LauncherDatabase;
 
+/*
+ * Databases found without dedup, in TopMemoryContext.  Their shared slots
+ * are given back, so that they cannot crowd out databases with dedup; they
+ * are probed again when CREATE EXTENSION gives them a slot (or finds none
+ * free: recheck_absent, woken_untracked), when they are listed in
+ * dedup.databases again, and by a new launcher.
+ */
+static List *absent_databases = NIL;
+static bool recheck_absent = false;
+
+/* the database whose CREATE EXTENSION found no free slot */
+static Oid	woken_untracked = InvalidOid;
+
+/* a database that got no slot in the last pass: retry at the next interval */
+static bool untracked_database = false;
+
 /* say each of these once, not at every sweep */
 static bool warned_no_worker_slot = false;
 static bool warned_no_database_slot = false;
+
+/* the launcher's wait between passes, with a name of its own on PG 17+ */
+static uint32
+launcher_wait_event(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 wait_event = 0;
+
+	if (wait_event == 0)
+		wait_event = WaitEventExtensionNew("DedupLauncherMain");
+	return wait_event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
 
 static void
 launcher_detach(int code, Datum arg)
@@ -99,6 +133,7 @@ launcher_databases(void)
 	if (dedup_databases[0] != '\0')
 		(void) SplitIdentifierString(pstrdup(dedup_databases), ',', &wanted);
 
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "listing databases");
@@ -139,13 +174,16 @@ launcher_databases(void)
 }
 
 /*
- * Give each listed database a slot, and free the slots of databases that
- * were dropped or are no longer listed.
+ * Free the slots of databases that were dropped or are no longer listed,
+ * forget them as absent databases, and take the requests of CREATE
+ * EXTENSIONs that found no free slot.
  */
 static void
 launcher_sync_slots(List *databases)
 {
 	ListCell   *lc;
+	List	   *still_absent = NIL;
+	MemoryContext oldcontext;
 
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < DedupShared->nslots; i++)
@@ -158,21 +196,65 @@ launcher_sync_slots(List *databases)
 		if (!listed && slot->sweeper_pid == 0)
 			slot->dboid = InvalidOid;
 	}
+	if (OidIsValid(DedupShared->woken_untracked))
+	{
+		recheck_absent = true;
+		woken_untracked = DedupShared->woken_untracked;
+		DedupShared->woken_untracked = InvalidOid;
+	}
+	LWLockRelease(DedupShared->lock);
+
+	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
 	foreach(lc, databases)
 	{
-		LauncherDatabase *db = lfirst(lc);
+		Oid			oid = ((LauncherDatabase *) lfirst(lc))->oid;
 
-		if (dedup_database_slot(db->oid, true) == NULL &&
-			!warned_no_database_slot)
+		if (list_member_oid(absent_databases, oid))
+			still_absent = lappend_oid(still_absent, oid);
+	}
+	list_free(absent_databases);
+	absent_databases = still_absent;
+	MemoryContextSwitchTo(oldcontext);
+}
+
+/*
+ * The slot of a listed database, taken now if it has none and is to be
+ * probed; false when it is left alone (absent) or no slot is free.  Slot
+ * exhaustion is logged once, until every database is tracked again.
+ */
+static bool
+launcher_track(LauncherDatabase *db)
+{
+	bool		absent = list_member_oid(absent_databases, db->oid);
+	DedupDatabaseSlot *slot;
+
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	slot = dedup_database_slot(db->oid, false);
+	if (slot == NULL && (!absent || recheck_absent))
+		slot = dedup_database_slot(db->oid, true);
+	LWLockRelease(DedupShared->lock);
+
+	if (slot == NULL && (!absent || recheck_absent))
+	{
+		/* name a database that may have dedup, not any absent one */
+		if ((!absent || db->oid == woken_untracked) && !warned_no_database_slot)
 		{
-			ereport(WARNING,
-					(errmsg("dedup sweeper cannot track database \"%s\": all %d slots are in use",
+			ereport(LOG,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("dedup sweeper cannot track database \"%s\": all %d slots are in use",
 							db->name, DedupShared->nslots),
 					 errhint("Raise dedup.max_databases, or list the databases to sweep in dedup.databases.")));
 			warned_no_database_slot = true;
 		}
+		untracked_database = true;
+		return false;
 	}
-	LWLockRelease(DedupShared->lock);
+	/* woken by CREATE EXTENSION, or probed again */
+	if (slot != NULL && absent)
+		absent_databases = list_delete_oid(absent_databases, db->oid);
+	if (slot != NULL && db->oid == woken_untracked)
+		woken_untracked = InvalidOid;
+	return slot != NULL;
 }
 
 /*
@@ -191,6 +273,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	TimestampTz now;
 	pid_t		pid;
 	int			shift;
+	bool		absent = false;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
@@ -210,6 +293,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	slot = dedup_database_slot(db->oid, false);
 	previous_outcome = slot->last_outcome;
 	slot->last_outcome = DEDUP_SWEEP_RUNNING;	/* until the sweeper says */
+	slot->woken = false;
 	LWLockRelease(DedupShared->lock);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
@@ -229,6 +313,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	}
 	warned_no_worker_slot = false;
 
+	SetCurrentStatementStartTimestamp();
 	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
 	status = WaitForBackgroundWorkerStartup(handle, &pid);
 	if (status == BGWH_STARTED)
@@ -251,16 +336,24 @@ launcher_sweep_database(LauncherDatabase *db)
 	switch (slot->last_outcome)
 	{
 		case DEDUP_SWEEP_NO_EXTENSION:
-			if (slot->state != DEDUP_DB_ABSENT && dedup_databases[0] != '\0')
+			/* CREATE EXTENSION committed after the sweeper looked */
+			if (slot->woken)
+			{
+				slot->state = DEDUP_DB_UNKNOWN;
+				slot->next_sweep = 0;
+				break;
+			}
+			if (dedup_databases[0] != '\0')
 				ereport(WARNING,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						 errmsg("database \"%s\" is listed in dedup.databases, but extension \"dedup\" is not installed there",
 								db->name)));
-			slot->state = DEDUP_DB_ABSENT;
-			slot->failures = 0;
+			slot->dboid = InvalidOid;
+			absent = true;
 			break;
 		case DEDUP_SWEEP_DONE:
 		case DEDUP_SWEEP_PARTIAL:
+		case DEDUP_SWEEP_BLOCKED:
 			slot->state = DEDUP_DB_ACTIVE;
 			slot->failures = 0;
 			slot->next_sweep = TimestampTzPlusMilliseconds(launched,
@@ -276,6 +369,14 @@ launcher_sweep_database(LauncherDatabase *db)
 			break;
 	}
 	LWLockRelease(DedupShared->lock);
+
+	if (absent)
+	{
+		MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+
+		absent_databases = lappend_oid(absent_databases, db->oid);
+		MemoryContextSwitchTo(oldcontext);
+	}
 }
 
 /* Sweep every listed database that is due, one after the other. */
@@ -286,6 +387,7 @@ launcher_sweep_due_databases(void)
 	ListCell   *lc;
 
 	launcher_sync_slots(databases);
+	untracked_database = false;
 	foreach(lc, databases)
 	{
 		LauncherDatabase *db = lfirst(lc);
@@ -293,14 +395,21 @@ launcher_sweep_due_databases(void)
 		bool		due;
 
 		CHECK_FOR_INTERRUPTS();
+		if (!launcher_track(db))
+			continue;
 		LWLockAcquire(DedupShared->lock, LW_SHARED);
 		slot = dedup_database_slot(db->oid, false);
-		due = (slot != NULL && slot->state != DEDUP_DB_ABSENT &&
-			   slot->next_sweep <= GetCurrentTimestamp());
+		due = (slot != NULL && slot->next_sweep <= GetCurrentTimestamp());
 		LWLockRelease(DedupShared->lock);
 
 		if (due)
 			launcher_sweep_database(db);
+	}
+	/* every absent database has been probed again, or is waiting for a slot */
+	if (!untracked_database)
+	{
+		recheck_absent = false;
+		warned_no_database_slot = false;
 	}
 }
 
@@ -314,12 +423,16 @@ launcher_next_wakeup(void)
 {
 	TimestampTz next_wakeup = DT_NOEND;
 
+	/* a slot may have been freed since the database was turned away */
+	if (untracked_database)
+		next_wakeup = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  dedup_sweep_interval * 1000L);
 	LWLockAcquire(DedupShared->lock, LW_SHARED);
 	for (int i = 0; i < DedupShared->nslots; i++)
 	{
 		DedupDatabaseSlot *slot = &DedupShared->slots[i];
 
-		if (slot->dboid != InvalidOid && slot->state != DEDUP_DB_ABSENT)
+		if (slot->dboid != InvalidOid)
 			next_wakeup = Min(next_wakeup, slot->next_sweep);
 	}
 	LWLockRelease(DedupShared->lock);
@@ -411,7 +524,7 @@ dedup_launcher_main(Datum main_arg)
 														 next_wakeup);
 			events |= WL_TIMEOUT;
 		}
-		(void) WaitLatch(MyLatch, events, timeout_ms, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, events, timeout_ms, launcher_wait_event());
 		ResetLatch(MyLatch);
 	}
 }

@@ -9,14 +9,15 @@
  * rows) is its own transaction, so no lock, snapshot or xmin is held
  * between batches; it never waits for a table lock, and hardly for a row
  * lock (it gives up and tries at the next sweep instead, so it cannot
- * deadlock with ALTER EXTENSION or other DDL); between batches it steps aside for DROP DATABASE and ALTER
- * DATABASE, which otherwise fail while a session is connected; and it stops
- * after dedup.sweep_max_duration.
+ * deadlock with ALTER EXTENSION or other DDL); between batches it steps
+ * aside for DROP DATABASE and ALTER DATABASE, which otherwise fail while a
+ * session is connected; and it stops after dedup.sweep_max_duration.
  *
  * It runs no SQL: rows are found and deleted through the table's index, by
  * OID (sweep.c).  It sweeps only if dedup.sweep_role, or else the owner of
  * processed_messages, has the privileges a DELETE of expired rows would
- * need.
+ * need.  Its transactions run with its own settings, whatever the
+ * database's owner has set for the database.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,6 +27,7 @@
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -44,8 +46,37 @@
 
 #include "dedup.h"
 
-/* the longest a batch waits for a row locked by another transaction */
-#define SWEEPER_LOCK_TIMEOUT "100ms"
+/*
+ * The sweeper's own settings, over whatever ALTER DATABASE or ALTER ROLE
+ * set for the database: a database owner must not be able to stall the
+ * sweep (a read-only, or serializable deferrable, transaction), make it fail
+ * (read-only, timeouts, exit_on_error) or redirect it (search_path).
+ */
+static const struct
+{
+	const char *name;
+	const char *value;
+}			sweeper_settings[] =
+{
+	/* nothing the sweep runs is looked up through a user's search_path */
+	{"search_path", "pg_catalog, pg_temp"},
+	{"default_transaction_isolation", "read committed"},
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_deferrable", "off"},
+	{"statement_timeout", "0"},
+	{"idle_in_transaction_session_timeout", "0"},
+#if PG_VERSION_NUM >= 170000
+	{"transaction_timeout", "0"},
+#endif
+	{"exit_on_error", "off"},
+
+	/*
+	 * Table locks are only ever tried (sweeper_begin), and claims never lock
+	 * the rows a sweep deletes; this bounds the wait for a row that someone
+	 * else has locked, say with SELECT ... FOR UPDATE.
+	 */
+	{"lock_timeout", "100ms"},
+};
 
 static DedupDatabaseSlot *my_slot = NULL;
 
@@ -75,6 +106,11 @@ sweeper_finish(DedupSweepOutcome outcome, const char *error)
 {
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
 	my_slot->last_outcome = outcome;
+	/* see sweeper_blocked */
+	if (outcome != DEDUP_SWEEP_BLOCKED)
+		my_slot->blocked_sweeps = 0;
+	else if (my_slot->state == DEDUP_DB_ACTIVE)
+		my_slot->blocked_sweeps++;
 	if (error != NULL)
 	{
 		strlcpy(my_slot->last_error, error, DEDUP_ERROR_LEN);
@@ -101,6 +137,77 @@ sweeper_database_wanted(void)
 }
 
 /*
+ * The pid of a session holding a lock on tag that conflicts with mode, or 0
+ * (none found, or a prepared transaction).  Reads the whole lock table: for
+ * the log only.
+ */
+static int
+sweeper_lock_holder(const LOCKTAG *tag, LOCKMODE mode)
+{
+	LockData   *data = GetLockStatusData();
+	LOCKMASK	conflicts = GetLockTagsMethodTable(tag)->conflictTab[mode];
+	int			pid = 0;
+
+	for (int i = 0; i < data->nelements && pid == 0; i++)
+	{
+		LockInstanceData *instance = &data->locks[i];
+
+		if (instance->pid != MyProcPid &&
+			memcmp(&instance->locktag, tag, sizeof(LOCKTAG)) == 0 &&
+			(instance->holdMask & conflicts) != 0)
+			pid = instance->pid;
+	}
+	return pid;
+}
+
+/*
+ * A lock the sweep needs is held by another session: the sweep ends
+ * 'blocked'.  Say so in the log at the first blocked sweep, and then after
+ * 10, 100, 1000... consecutive ones.  Not while the database is still being
+ * probed (state unknown): the session whose CREATE EXTENSION woke us may
+ * still be releasing its locks.  relid is the table found locked (wanted in
+ * mode), InvalidOid for the sweep lock.  Returns NULL with *busy set, for
+ * sweeper_begin to return.
+ */
+static const DedupRelations *
+sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
+{
+	int			blocked;
+	bool		probing;
+	int			n;
+	const char *what;
+
+	*busy = true;
+	LWLockAcquire(DedupShared->lock, LW_SHARED);
+	blocked = my_slot->blocked_sweeps + 1;
+	probing = (my_slot->state != DEDUP_DB_ACTIVE);
+	LWLockRelease(DedupShared->lock);
+	for (n = blocked; n % 10 == 0; n /= 10)
+		;
+	if (probing || n != 1)
+		return NULL;
+
+	if (OidIsValid(relid))
+	{
+		LOCKTAG		tag;
+		int			holder;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
+		holder = sweeper_lock_holder(&tag, mode);
+		what = holder != 0 ?
+			psprintf("a lock on table \"%s\" (pid %d)", get_rel_name(relid), holder) :
+			psprintf("a lock on table \"%s\"", get_rel_name(relid));
+	}
+	else
+		what = "the sweep lock";
+	ereport(LOG,
+			(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s",
+					get_database_name(MyDatabaseId), what),
+			 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
+	return NULL;
+}
+
+/*
  * Start a sweep transaction: take the table locks and the sweep lock
  * without waiting, in a fixed order, and check that the sweep role may
  * delete expired rows.  Returns the extension's tables, or NULL (with *busy
@@ -114,19 +221,20 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 	Oid			role;
 
 	*busy = false;
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	pgstat_report_activity(STATE_RUNNING, "dedup sweep: taking locks");
 	PushActiveSnapshot(GetTransactionSnapshot());
 
 	rels = dedup_relations(true);
 	if (rels == NULL)
 		return NULL;
-	if (!ConditionalLockRelationOid(rels->messages, messages_lock) ||
-		!ConditionalLockRelationOid(rels->retention, AccessShareLock) ||
-		!dedup_sweep_lock(rels->messages, false))
-	{
-		*busy = true;
-		return NULL;
-	}
+	if (!ConditionalLockRelationOid(rels->messages, messages_lock))
+		return sweeper_blocked(rels->messages, messages_lock, busy);
+	if (!ConditionalLockRelationOid(rels->retention, AccessShareLock))
+		return sweeper_blocked(rels->retention, AccessShareLock, busy);
+	if (!dedup_sweep_lock(rels->messages, false))
+		return sweeper_blocked(InvalidOid, NoLock, busy);
 	/* DROP EXTENSION may have committed before we got the locks */
 	rels = dedup_relations(true);
 	if (rels == NULL)
@@ -177,7 +285,7 @@ sweeper_sweep(TimestampTz start)
 	if (rels == NULL)
 	{
 		sweeper_end();
-		return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
+		return busy ? DEDUP_SWEEP_BLOCKED : DEDUP_SWEEP_NO_EXTENSION;
 	}
 	pgstat_report_activity(STATE_RUNNING, "dedup sweep: listing expired claims");
 	/* the list must outlive the transaction */
@@ -204,7 +312,7 @@ sweeper_sweep(TimestampTz start)
 			if (rels == NULL)
 			{
 				sweeper_end();
-				return busy ? DEDUP_SWEEP_PARTIAL : DEDUP_SWEEP_NO_EXTENSION;
+				return busy ? DEDUP_SWEEP_BLOCKED : DEDUP_SWEEP_NO_EXTENSION;
 			}
 			pgstat_report_activity(STATE_RUNNING, "dedup sweep: deleting expired claims");
 			deleted = dedup_sweep_batch(rels, target, dedup_sweep_batch_size);
@@ -234,17 +342,9 @@ dedup_sweeper_main(Datum main_arg)
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
-	/* nothing the sweep runs is looked up through a user's search_path */
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
-					PGC_S_OVERRIDE);
-
-	/*
-	 * Table locks are only ever tried (sweeper_begin), and claims never lock
-	 * the rows a sweep deletes; this bounds the wait for a row that someone
-	 * else has locked, say with SELECT ... FOR UPDATE.
-	 */
-	SetConfigOption("lock_timeout", SWEEPER_LOCK_TIMEOUT, PGC_SUSET,
-					PGC_S_OVERRIDE);
+	for (int i = 0; i < lengthof(sweeper_settings); i++)
+		SetConfigOption(sweeper_settings[i].name, sweeper_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
 
 	start = GetCurrentTimestamp();
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);

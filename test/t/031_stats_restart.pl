@@ -4,8 +4,12 @@
 #
 #   - a clean restart keeps the counters (written to pg_stat/dedup.stat at
 #     shutdown, read back at startup);
-#   - after a crash they start from zero: counters that may have missed
-#     updates are not presented as complete;
+#   - after an immediate shutdown (pg_ctl -m immediate), and after a crash
+#     restart (a backend killed with SIGKILL), both followed by crash
+#     recovery, they start from zero, as PostgreSQL's own statistics do:
+#     counters that may have missed updates are not presented as complete;
+#   - a file left by an immediate shutdown (as older versions wrote one) is
+#     removed unread;
 #   - without preloading, dedup_stats still answers what the table holds and
 #     says why there are no counters, and dedup_stats_reset() refuses with a
 #     clear error.
@@ -59,22 +63,57 @@ $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
 is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/2',
 	'counting goes on from the restored values');
 
-# --- crash ----------------------------------------------------------------------
+# --- immediate shutdown ------------------------------------------------------
 
-# a process with shared memory access dies by SIGKILL: the postmaster
+$node->stop('immediate');
+ok(!-f $node->data_dir . '/pg_stat/dedup.stat',
+	'an immediate shutdown writes no counters');
+$node->start;
+is($node->safe_psql('postgres', $counters), '',
+	'after an immediate shutdown the counters start from zero');
+$node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
+is($node->safe_psql('postgres', $counters), 'orders:0/1',
+	'and counting starts again');
+
+# a file that an immediate shutdown left (older versions wrote it then)
+$node->stop('fast');
+my $saved = slurp_file($node->data_dir . '/pg_stat/dedup.stat');
+$node->start;
+$node->stop('immediate');
+append_to_file($node->data_dir . '/pg_stat/dedup.stat', $saved);
+my $offset = -s $node->logfile;
+$node->start;
+ok(!-f $node->data_dir . '/pg_stat/dedup.stat', 'is removed at startup');
+is($node->safe_psql('postgres', $counters), '', '... unread');
+like(slurp_file($node->logfile, $offset),
+	qr/LOG:  dedup claim counters start from zero after crash recovery/,
+	'... and the log says why');
+
+# --- crash restart ------------------------------------------------------------
+
+$node->safe_psql('postgres', q{SELECT dedup_claim('billing', 'b-1')});
+is($node->safe_psql('postgres', $counters), 'billing:0/1',
+	'counters before the crash');
+
+# a backend dies by SIGKILL: the postmaster kills every other process and
 # reinitializes shared memory, as after any crash
 my $launcher = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'});
 like($launcher, qr/^\d+$/, 'the launcher runs');
-kill 'KILL', $launcher;
+my $victim = $node->background_psql('postgres');
+my $pid = $victim->query_safe('SELECT pg_backend_pid()');
+$offset = -s $node->logfile;
+kill 'KILL', $pid;
+# the launcher too is killed and started again
 $node->poll_query_until('postgres',
 	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'
 	  AND pid <> } . $launcher)
   or die 'the server did not come back after the crash';
-like(slurp_file($node->logfile), qr/all server processes terminated; reinitializing/,
+like(slurp_file($node->logfile, $offset), qr/all server processes terminated; reinitializing/,
 	'the server went through crash recovery');
+eval { $victim->quit };
 is($node->safe_psql('postgres', $counters), '',
-	'after a crash the counters start from zero');
+	'after a crash restart the counters start from zero');
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT count(*) FROM processed_messages}),
@@ -83,6 +122,12 @@ is( $node->safe_psql(
 $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
 is($node->safe_psql('postgres', $counters), 'orders:0/1',
 	'and counting starts again');
+
+# --- and a clean restart keeps them again -----------------------------------------
+
+$node->restart;
+is($node->safe_psql('postgres', $counters), 'orders:0/1',
+	'after crash recovery, the next clean restart keeps the counters');
 
 # --- not preloaded ---------------------------------------------------------------
 

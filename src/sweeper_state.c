@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
- * status.c
+ * sweeper_state.c
  *	  The sweeper's shared memory: one slot per database, with its schedule
- *	  and the outcome of its sweeps; and the SQL functions that read it
+ *	  and the outcome of its sweeps, under its own LWLock (tranche
+ *	  "dedup_sweeper_state"); and the SQL functions that read it
  *	  (dedup_sweeper_status, behind the dedup_sweeper view) or poke it
  *	  (dedup_sweeper_wake).
  *
@@ -25,43 +26,43 @@
 
 #include "dedup.h"
 
+#define SWEEPER_STATE_TRANCHE "dedup_sweeper_state"
+
 PG_FUNCTION_INFO_V1(dedup_sweeper_status);
 PG_FUNCTION_INFO_V1(dedup_sweeper_wake);
 
 DedupSharedState *DedupShared = NULL;
 
 static Size
-dedup_shmem_size(void)
+sweeper_shmem_size(void)
 {
 	return add_size(offsetof(DedupSharedState, slots),
 					mul_size(dedup_max_databases, sizeof(DedupDatabaseSlot)));
 }
 
-/* shmem_request_hook: reserve what dedup_shmem_startup will initialise */
+/* shmem_request_hook part: reserve what dedup_sweeper_shmem_startup uses */
 void
-dedup_shmem_request(void)
+dedup_sweeper_shmem_request(void)
 {
-	RequestAddinShmemSpace(add_size(dedup_shmem_size(),
-									dedup_stats_shmem_size()));
-	/* [0]: the sweeper's slots; [1]: the claim counters */
-	RequestNamedLWLockTranche("dedup", 2);
+	RequestAddinShmemSpace(sweeper_shmem_size());
+	RequestNamedLWLockTranche(SWEEPER_STATE_TRANCHE, 1);
 }
 
-/* shmem_startup_hook: create or attach to the shared state */
+/* shmem_startup_hook part: create or attach to the slots */
 void
-dedup_shmem_startup(void)
+dedup_sweeper_shmem_startup(void)
 {
 	bool		found;
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	DedupShared = ShmemInitStruct("dedup", dedup_shmem_size(), &found);
+	DedupShared = ShmemInitStruct("dedup sweeper state", sweeper_shmem_size(),
+								  &found);
 	if (!found)
 	{
-		memset(DedupShared, 0, dedup_shmem_size());
-		DedupShared->lock = &(GetNamedLWLockTranche("dedup"))->lock;
+		memset(DedupShared, 0, sweeper_shmem_size());
+		DedupShared->lock = &(GetNamedLWLockTranche(SWEEPER_STATE_TRANCHE))->lock;
 		DedupShared->nslots = dedup_max_databases;
 	}
-	dedup_stats_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -116,6 +117,8 @@ outcome_name(DedupSweepOutcome outcome)
 			return "done";
 		case DEDUP_SWEEP_PARTIAL:
 			return "partial";
+		case DEDUP_SWEEP_BLOCKED:
+			return "blocked";
 		case DEDUP_SWEEP_NO_EXTENSION:
 			return "no extension";
 	}
@@ -174,9 +177,8 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		values[2] = CStringGetTextDatum(slot.state == DEDUP_DB_ACTIVE ? "active" :
-										slot.state == DEDUP_DB_ABSENT ? "absent" :
-										"unknown");
+		values[2] = CStringGetTextDatum(slot.state == DEDUP_DB_ACTIVE ?
+										"active" : "unknown");
 		if (slot.sweeper_pid != 0)
 			values[3] = Int32GetDatum(slot.sweeper_pid);
 		else
@@ -194,8 +196,7 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 		else
 			nulls[9] = true;
 		set_timestamp(values, nulls, 10, slot.last_error_at);
-		set_timestamp(values, nulls, 11, running && slot.state != DEDUP_DB_ABSENT ?
-					  slot.next_sweep : 0);
+		set_timestamp(values, nulls, 11, running ? slot.next_sweep : 0);
 	}
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
@@ -222,10 +223,11 @@ wake_at_commit_callback(XactEvent event, void *arg)
 			slot = dedup_database_slot(MyDatabaseId, true);
 			if (slot != NULL)
 			{
-				if (slot->state == DEDUP_DB_ABSENT)
-					slot->state = DEDUP_DB_UNKNOWN;
+				slot->woken = true;
 				slot->next_sweep = 0;
 			}
+			else
+				DedupShared->woken_untracked = MyDatabaseId;
 			dedup_wake_launcher();
 			LWLockRelease(DedupShared->lock);
 			wake_at_commit = false;

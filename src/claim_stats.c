@@ -1,15 +1,25 @@
 /*-------------------------------------------------------------------------
  *
- * stats.c
+ * claim_stats.c
  *	  Per-consumer claim counters in shared memory: claims, duplicates, lock
- *	  waits and serialization failures, for the dedup_stats view.
+ *	  waits and serialization failures, for the dedup_stats view; and the SQL
+ *	  functions that read them (dedup_claim_counters, dedup_counters_status)
+ *	  or reset them (dedup_stats_reset).
  *
  * One hash entry per (database, consumer), created by the first claim, with
- * its counters under a spinlock; the table itself under an LWLock, taken
- * shared on the claim path and exclusively only to add or remove entries.
+ * its counters under a spinlock; the table itself under this file's own
+ * LWLock (tranche "dedup_claim_stats"), taken shared on the claim path and
+ * exclusively only to add or remove entries.  The table has a fixed size,
+ * dedup.max_consumers entries, allocated at startup: claims of consumers
+ * that find it full are not counted one by one, only in a total of
+ * untracked claims, so that no number of consumers can take shared memory
+ * that the rest of the server (the lock table, say) needs.
  * The counters are written to pg_stat/dedup.stat at a clean shutdown and
- * read back at startup, so they survive a clean restart; after a crash they
- * start from zero (the file is removed once read).
+ * read back at startup, so they survive a clean restart.  After a crash or
+ * an immediate shutdown, which are followed by crash recovery, they start
+ * from zero, as PostgreSQL's own statistics do: the control file tells the
+ * two apart, both when the postmaster exits and when it starts (the file is
+ * also removed once read).
  *
  * Counted are dedup_claim() calls, whatever their transaction does later:
  * a claim whose transaction rolls back still counts, as its redelivery will.
@@ -22,11 +32,15 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "catalog/pg_control.h"
+#include "commands/dbcommands.h"
+#include "common/controldata_utils.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -41,10 +55,11 @@ PG_FUNCTION_INFO_V1(dedup_claim_counters);
 PG_FUNCTION_INFO_V1(dedup_counters_status);
 PG_FUNCTION_INFO_V1(dedup_stats_reset);
 
+#define STATS_TRANCHE	"dedup_claim_stats"
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
 #define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
-#define STATS_FILE_VERSION 1
+#define STATS_FILE_VERSION 2
 
 typedef struct StatsKey
 {
@@ -70,7 +85,15 @@ typedef struct StatsEntry
 	StatsCounters counters;
 } StatsEntry;
 
-static LWLock *stats_lock = NULL;	/* protects the hash table's membership */
+/* beside the table */
+typedef struct StatsShared
+{
+	LWLock	   *lock;			/* protects the table's membership */
+	pg_atomic_uint64 untracked_claims;	/* claims not counted: table full */
+	pg_atomic_flag full_logged; /* the table's filling up has been logged */
+} StatsShared;
+
+static StatsShared *stats_shared = NULL;
 static HTAB *stats_hash = NULL;
 
 /* Only the bytes of the name count: the rest of the key buffer is junk. */
@@ -105,13 +128,43 @@ stats_key_copy(void *dest, const void *src, Size keysize)
 	return dest;
 }
 
-Size
-dedup_stats_shmem_size(void)
+static Size
+stats_shmem_size(void)
 {
-	return hash_estimate_size(dedup_max_consumers, sizeof(StatsEntry));
+	return add_size(MAXALIGN(sizeof(StatsShared)),
+					hash_estimate_size(dedup_max_consumers, sizeof(StatsEntry)));
 }
 
-/* Write the counters to STATS_FILE: on_shmem_exit of the postmaster. */
+/* shmem_request_hook part: reserve what dedup_claim_stats_shmem_startup uses */
+void
+dedup_claim_stats_shmem_request(void)
+{
+	RequestAddinShmemSpace(stats_shmem_size());
+	RequestNamedLWLockTranche(STATS_TRANCHE, 1);
+}
+
+/*
+ * Whether the control file says that the server was shut down cleanly (at
+ * startup: last time; at exit: now).  After a crash, or an immediate
+ * shutdown, it does not, and crash recovery follows.
+ */
+static bool
+stats_shut_down_cleanly(void)
+{
+	bool		crc_ok;
+	ControlFileData *control = get_controlfile(DataDir, &crc_ok);
+	bool		clean = crc_ok &&
+		(control->state == DB_SHUTDOWNED ||
+		 control->state == DB_SHUTDOWNED_IN_RECOVERY);
+
+	pfree(control);
+	return clean;
+}
+
+/*
+ * Write the counters to STATS_FILE at a clean shutdown: on_shmem_exit of
+ * the postmaster.
+ */
 static void
 stats_save(int code, Datum arg)
 {
@@ -119,16 +172,18 @@ stats_save(int code, Datum arg)
 	StatsEntry *entry;
 	FILE	   *file;
 	uint32		header[2] = {STATS_FILE_MAGIC, STATS_FILE_VERSION};
+	uint64		untracked = pg_atomic_read_u64(&stats_shared->untracked_claims);
 	int64		count = hash_get_num_entries(stats_hash);
 
-	/* after a crash the counters are not trustworthy: don't keep them */
-	if (code != 0)
+	/* counters that may have missed updates are not kept */
+	if (!stats_shut_down_cleanly())
 		return;
 
 	file = AllocateFile(STATS_FILE_TMP, PG_BINARY_W);
 	if (file == NULL)
 		goto error;
 	if (fwrite(header, sizeof(header), 1, file) != 1 ||
+		fwrite(&untracked, sizeof(untracked), 1, file) != 1 ||
 		fwrite(&count, sizeof(count), 1, file) != 1)
 		goto error;
 	hash_seq_init(&scan, stats_hash);
@@ -158,13 +213,18 @@ error:
 	unlink(STATS_FILE_TMP);
 }
 
-/* Read the counters a clean shutdown left, then remove the file. */
+/*
+ * Read the counters a clean shutdown left, then remove the file; after a
+ * crash, remove it unread.
+ */
 static void
 stats_load(void)
 {
 	FILE	   *file;
 	uint32		header[2];
+	uint64		untracked;
 	int64		count;
+	int64		restored;
 
 	file = AllocateFile(STATS_FILE, PG_BINARY_R);
 	if (file == NULL)
@@ -173,11 +233,21 @@ stats_load(void)
 			goto error;
 		return;
 	}
+	if (!stats_shut_down_cleanly())
+	{
+		ereport(LOG,
+				(errmsg("dedup claim counters start from zero after crash recovery")));
+		FreeFile(file);
+		unlink(STATS_FILE);
+		return;
+	}
 	if (fread(header, sizeof(header), 1, file) != 1 ||
 		header[0] != STATS_FILE_MAGIC || header[1] != STATS_FILE_VERSION ||
+		fread(&untracked, sizeof(untracked), 1, file) != 1 ||
 		fread(&count, sizeof(count), 1, file) != 1)
 		goto error;
-	for (int64 i = 0; i < count; i++)
+	pg_atomic_write_u64(&stats_shared->untracked_claims, untracked);
+	for (restored = 0; restored < count; restored++)
 	{
 		StatsKey	key;
 		StatsCounters counters;
@@ -189,10 +259,15 @@ stats_load(void)
 		key.consumer[DEDUP_MAX_CONSUMER_BYTES] = '\0';
 		entry = hash_search(stats_hash, &key, HASH_ENTER_NULL, NULL);
 		if (entry == NULL)
-			break;				/* dedup.max_consumers was lowered */
+			break;
 		SpinLockInit(&entry->mutex);
 		entry->counters = counters;
 	}
+	if (restored < count)
+		ereport(LOG,
+				(errmsg("dedup: the counters of %lld consumers were not restored",
+						(long long) (count - restored)),
+				 errdetail("dedup.max_consumers is %d.", dedup_max_consumers)));
 	FreeFile(file);
 	unlink(STATS_FILE);
 	return;
@@ -209,20 +284,30 @@ error:
 
 /* shmem_startup_hook part: create or attach to the counters */
 void
-dedup_stats_shmem_startup(void)
+dedup_claim_stats_shmem_startup(void)
 {
 	HASHCTL		info;
+	bool		found;
 
-	stats_lock = &(GetNamedLWLockTranche("dedup"))[1].lock;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	stats_shared = ShmemInitStruct("dedup claim stats", sizeof(StatsShared),
+								   &found);
+	if (!found)
+	{
+		stats_shared->lock = &(GetNamedLWLockTranche(STATS_TRANCHE))->lock;
+		pg_atomic_init_u64(&stats_shared->untracked_claims, 0);
+		pg_atomic_init_flag(&stats_shared->full_logged);
+	}
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(StatsEntry);
 	info.hash = stats_key_hash;
 	info.match = stats_key_compare;
 	info.keycopy = stats_key_copy;
-	stats_hash = ShmemInitHash("dedup stats hash",
+	stats_hash = ShmemInitHash("dedup claim stats hash",
 							   dedup_max_consumers, dedup_max_consumers,
 							   &info,
-							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY);
+							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+							   HASH_KEYCOPY | HASH_FIXED_SIZE);
 
 	/* the postmaster loads the counters, and saves them at exit */
 	if (!IsUnderPostmaster)
@@ -230,12 +315,36 @@ dedup_stats_shmem_startup(void)
 		stats_load();
 		on_shmem_exit(stats_save, (Datum) 0);
 	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * A claim of a consumer that found the table full: counted only in the
+ * total of untracked claims.  The first one since startup (or the last
+ * dedup_stats_reset()) is logged, naming the consumer and its database --
+ * but not from the error path of a serialization failure, where no catalog
+ * may be read: the next one is logged instead.
+ */
+static void
+stats_count_untracked(const StatsKey *key, DedupClaimOutcome outcome)
+{
+	pg_atomic_fetch_add_u64(&stats_shared->untracked_claims, 1);
+	if (outcome == DEDUP_SERIALIZATION_FAILURE ||
+		!pg_atomic_test_set_flag(&stats_shared->full_logged))
+		return;
+	ereport(LOG,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("dedup claim counters are full: claims of consumer \"%s\" in database \"%s\" are not counted",
+					key->consumer, get_database_name(key->dboid)),
+			 errdetail("All %d entries (dedup.max_consumers) are in use; claims of consumers without one are only counted in a total.",
+					   dedup_max_consumers),
+			 errhint("Raise dedup.max_consumers, or forget unused counters with dedup_stats_reset().")));
 }
 
 /*
  * Count one claim of consumer (in the current database) with its outcome.
- * A consumer that finds the table full (dedup.max_consumers) is not
- * counted; the dedup_stats view shows it as not tracked.
+ * A consumer that finds the table full (dedup.max_consumers) is counted
+ * only in the total of untracked claims.
  */
 void
 dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited)
@@ -250,18 +359,26 @@ dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited)
 	key.dboid = MyDatabaseId;
 	text_to_cstring_buffer(consumer, key.consumer, sizeof(key.consumer));
 
-	LWLockAcquire(stats_lock, LW_SHARED);
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
 	entry = hash_search(stats_hash, &key, HASH_FIND, NULL);
 	if (entry == NULL)
 	{
 		bool		found;
 
-		LWLockRelease(stats_lock);
-		LWLockAcquire(stats_lock, LW_EXCLUSIVE);
+		/* a full table stays full until a reset: no exclusive lock then */
+		if (hash_get_num_entries(stats_hash) >= dedup_max_consumers)
+		{
+			LWLockRelease(stats_shared->lock);
+			stats_count_untracked(&key, outcome);
+			return;
+		}
+		LWLockRelease(stats_shared->lock);
+		LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
 		entry = hash_search(stats_hash, &key, HASH_ENTER_NULL, &found);
 		if (entry == NULL)
 		{
-			LWLockRelease(stats_lock);
+			LWLockRelease(stats_shared->lock);
+			stats_count_untracked(&key, outcome);
 			return;
 		}
 		if (!found)
@@ -290,7 +407,7 @@ dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited)
 	if (waited)
 		entry->counters.lock_waits++;
 	SpinLockRelease(&entry->mutex);
-	LWLockRelease(stats_lock);
+	LWLockRelease(stats_shared->lock);
 }
 
 /*
@@ -308,7 +425,7 @@ dedup_claim_counters(PG_FUNCTION_ARGS)
 	if (stats_hash == NULL)
 		return (Datum) 0;
 
-	LWLockAcquire(stats_lock, LW_SHARED);
+	LWLockAcquire(stats_shared->lock, LW_SHARED);
 	hash_seq_init(&scan, stats_hash);
 	while ((entry = hash_seq_search(&scan)) != NULL)
 	{
@@ -334,7 +451,7 @@ dedup_claim_counters(PG_FUNCTION_ARGS)
 		values[7] = TimestampTzGetDatum(c.since);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(stats_lock);
+	LWLockRelease(stats_shared->lock);
 	return (Datum) 0;
 }
 
@@ -342,7 +459,7 @@ dedup_claim_counters(PG_FUNCTION_ARGS)
  * dedup_stats_reset(consumer text DEFAULT NULL) RETURNS void
  *
  * Forget the counters of one consumer of the current database, or of all
- * of them.
+ * of them and the total of untracked claims (which is not per database).
  */
 Datum
 dedup_stats_reset(PG_FUNCTION_ARGS)
@@ -357,7 +474,7 @@ dedup_stats_reset(PG_FUNCTION_ARGS)
 				 errmsg("dedup claim counters are not available"),
 				 errdetail("Counters need dedup in shared_preload_libraries.")));
 
-	LWLockAcquire(stats_lock, LW_EXCLUSIVE);
+	LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
 	hash_seq_init(&scan, stats_hash);
 	while ((entry = hash_seq_search(&scan)) != NULL)
 	{
@@ -365,20 +482,32 @@ dedup_stats_reset(PG_FUNCTION_ARGS)
 			(consumer == NULL || strcmp(entry->key.consumer, consumer) == 0))
 			hash_search(stats_hash, &entry->key, HASH_REMOVE, NULL);
 	}
-	LWLockRelease(stats_lock);
+	if (consumer == NULL)
+	{
+		pg_atomic_write_u64(&stats_shared->untracked_claims, 0);
+		pg_atomic_clear_flag(&stats_shared->full_logged);
+	}
+	LWLockRelease(stats_shared->lock);
 	PG_RETURN_VOID();
 }
 
 /*
  * dedup_counters_status() RETURNS text: whether claims are being counted,
- * and if not, why.
+ * and if not, why; and how many were not counted because the table was
+ * full.
  */
 Datum
 dedup_counters_status(PG_FUNCTION_ARGS)
 {
+	uint64		untracked;
+
 	if (stats_hash == NULL)
 		PG_RETURN_TEXT_P(cstring_to_text("unavailable: dedup is not in shared_preload_libraries"));
 	if (!dedup_track_claims)
 		PG_RETURN_TEXT_P(cstring_to_text("off: dedup.track_claims is off"));
-	PG_RETURN_TEXT_P(cstring_to_text("on"));
+	untracked = pg_atomic_read_u64(&stats_shared->untracked_claims);
+	if (untracked == 0)
+		PG_RETURN_TEXT_P(cstring_to_text("on"));
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf("on; " UINT64_FORMAT " claims of untracked consumers (dedup.max_consumers = %d reached)",
+											  untracked, dedup_max_consumers)));
 }
