@@ -214,9 +214,8 @@ GRANT SELECT ON @extschema@.dedup_sweeper TO pg_monitor;
 /*
  * Observability.  Claim counters live in shared memory (claim_stats.c);
  * what the table holds is read from the table and its planner statistics.
- * Monitoring
- * roles (pg_monitor) may read both views: they show consumers and numbers,
- * never a message id.
+ * Monitoring roles (pg_monitor) may read both views: they show consumers
+ * and numbers, never a message id.
  */
 CREATE FUNCTION @extschema@.dedup_claim_counters(
 	OUT consumer text,
