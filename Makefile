@@ -11,6 +11,7 @@ OBJS = \
 	src/guc.o \
 	src/relations.o \
 	src/claim.o \
+	src/records.o \
 	src/sweep.o \
 	src/sweeper_state.o \
 	src/claim_stats.o \
@@ -21,10 +22,11 @@ EXTENSION = dedup
 DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
-REGRESS = claim claim_many claim_errors claim_security schema_swap claimants retention retention_windows stats
+REGRESS = claim claim_many try_claim records claim_errors claim_security schema_swap claimants retention retention_windows stats
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
-	claim-savepoint claim-three-sessions claim-counters claim-many sweep-lock
+	claim-savepoint claim-three-sessions claim-counters claim-many try-claim \
+	sweep-lock
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1

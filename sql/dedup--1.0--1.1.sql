@@ -17,6 +17,41 @@
 ALTER FUNCTION @extschema@.dedup_claim(text, text) SECURITY INVOKER;
 
 /*
+ * A payload fingerprint, recorded with a claim that gives one (NULL
+ * otherwise: a null costs no space in a row that already has a null bitmap
+ * slot to spare, and ADD COLUMN rewrites nothing).  The same message id
+ * claimed again with a different fingerprint is an error (SQLSTATE UD001):
+ * the producer reused an id.
+ */
+ALTER TABLE @extschema@.processed_messages ADD COLUMN fingerprint bytea;
+COMMENT ON COLUMN @extschema@.processed_messages.fingerprint IS
+	'digest of the message given with its claim, if any (at most 64 bytes)';
+
+CREATE FUNCTION @extschema@.dedup_claim(consumer text, message_id text, fingerprint bytea)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.dedup_claim(text, text, bytea) IS
+	'dedup: dedup_claim, and an error if the message id was claimed with a different fingerprint';
+
+/*
+ * dedup_try_claim: never waits for another transaction's claim of the same
+ * key; says so ('in_progress') instead.
+ */
+CREATE TYPE @extschema@.dedup_claim_status AS ENUM ('claimed', 'duplicate', 'in_progress');
+
+CREATE FUNCTION @extschema@.dedup_try_claim(consumer text, message_id text,
+											 fingerprint bytea DEFAULT NULL)
+RETURNS @extschema@.dedup_claim_status
+AS 'MODULE_PATHNAME', 'dedup_try_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.dedup_try_claim(text, text, bytea) IS
+	'dedup: claim without waiting; claimed, duplicate, or in_progress (another open transaction holds the claim)';
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim(text, text, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_try_claim(text, text, bytea) FROM PUBLIC;
+
+/*
  * dedup_claim_many(consumer, message_ids): a whole batch in one call;
  * element i of the result is true when message_ids[i] is new (do its work),
  * false when it is a duplicate, of an earlier claim or of an earlier element.
@@ -162,6 +197,49 @@ REVOKE ALL ON FUNCTION @extschema@.dedup_retention_is_valid(interval) FROM PUBLI
 REVOKE ALL ON FUNCTION @extschema@.dedup_retention_cutoff(timestamptz, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_valid_retention(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_valid_consumer(text, text) FROM PUBLIC;
+
+/*
+ * Look without claiming, and replay on purpose.  dedup_seen only reads (a
+ * hot standby can answer it); grant it to whoever must look, monitoring
+ * included.  Forgetting makes redeliveries be processed again: for
+ * operators only, every call is in the server log.
+ */
+CREATE FUNCTION @extschema@.dedup_seen(consumer text, message_id text,
+									   OUT seen boolean, OUT processed_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'dedup_seen'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+CREATE FUNCTION @extschema@.dedup_forget(consumer text, message_id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.dedup_forget_since(consumer text, since timestamptz)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dedup_forget_since'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/*
+ * dedup_retire_consumer(consumer): a consumer that is gone for good: its
+ * records, its window and its claimants; returns the records deleted.
+ */
+CREATE FUNCTION @extschema@.dedup_retire_consumer(consumer text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_retire_consumer');
+	DELETE FROM @extschema@.dedup_retention r
+	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
+	DELETE FROM @extschema@.dedup_consumer_roles r
+	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
+	SELECT @extschema@.dedup_forget_since(consumer, '-infinity');
+END;
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_seen(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_forget(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_forget_since(text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_retire_consumer(text) FROM PUBLIC;
 
 /*
  * Storage figures follow the 1.1 retention rule (counted back from the

@@ -29,6 +29,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_enum.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "fmgr.h"
@@ -43,13 +44,29 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 
 #include "dedup.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim);
 PG_FUNCTION_INFO_V1(dedup_claim_many);
+PG_FUNCTION_INFO_V1(dedup_try_claim);
 PG_FUNCTION_INFO_V1(dedup_consumer_roles_changed);
+
+/* What a claim of one key found; the order of dedup_claim_status's labels */
+typedef enum ClaimOutcome
+{
+	CLAIM_CLAIMED,				/* recorded now */
+	CLAIM_DUPLICATE,			/* recorded before */
+	CLAIM_IN_PROGRESS			/* another open transaction is at it */
+} ClaimOutcome;
+
+/* the column of processed_messages that holds fingerprints (from 1.1) */
+#define FINGERPRINT_ATTNUM 4
+
+/* SQLSTATE UD001: the same message id claimed with a different fingerprint */
+#define ERRCODE_DEDUP_MESSAGE_ID_REUSED MAKE_SQLSTATE('U','D','0','0','1')
 
 /*
  * Raise the error a caller must see, rather than a NULL or a silently
@@ -59,8 +76,8 @@ PG_FUNCTION_INFO_V1(dedup_consumer_roles_changed);
  * The length is read from the varlena header, so an oversized value is
  * rejected without being detoasted and before any index is touched.
  */
-static void
-claim_check_key(const char *function, const char *argname, int element,
+void
+dedup_check_key(const char *function, const char *argname, int element,
 				Datum value, bool isnull, Size max_bytes)
 {
 	char		what[NAMEDATALEN + 32];
@@ -230,35 +247,6 @@ dedup_consumer_roles_changed(PG_FUNCTION_ARGS)
 }
 
 /*
- * With REPEATABLE READ or SERIALIZABLE, a conflicting row that this
- * transaction's snapshot cannot see was committed after the snapshot was
- * taken: answering "duplicate" would act on data the transaction must not
- * see, so raise a serialization failure, as ON CONFLICT DO NOTHING does
- * (nodeModifyTable.c, ExecCheckTIDVisible).  A row this transaction
- * inserted itself is a duplicate however the snapshot sees it.
- */
-static void
-claim_check_conflict_visible(Relation rel, ItemPointer tid,
-							 TupleTableSlot *slot, Snapshot snapshot)
-{
-	bool		isnull;
-
-	if (!IsolationUsesXactSnapshot())
-		return;
-	if (!table_tuple_fetch_row_version(rel, tid, SnapshotAny, slot))
-		elog(ERROR, "failed to fetch conflicting claim");
-	if (!table_tuple_satisfies_snapshot(rel, slot, snapshot) &&
-		!TransactionIdIsCurrentTransactionId(
-			DatumGetTransactionId(slot_getsysattr(slot,
-												  MinTransactionIdAttributeNumber,
-												  &isnull))))
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to concurrent update")));
-	ExecClearTuple(slot);
-}
-
-/*
  * What claims of one statement share: the executor state and the slots of
  * the speculative insertion into processed_messages (rel, opened by the
  * caller with RowExclusiveLock).
@@ -268,21 +256,94 @@ typedef struct ClaimWriter
 	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *result_rel;
+	Relation	key_index;		/* the (consumer_name, message_id) key */
+	int			natts;			/* 3 before 1.1 (no fingerprint column) */
 	TupleTableSlot *slot;		/* the claim being inserted */
 	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
 	MemoryContext caller_context;
 } ClaimWriter;
 
+static bool
+fingerprints_equal(bytea *a, bytea *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * A claim found the row conflict_tid with its key: decide that it is a
+ * duplicate, or raise the error that it is not.
+ *
+ * With REPEATABLE READ or SERIALIZABLE, a conflicting row that this
+ * transaction's snapshot cannot see was committed after the snapshot was
+ * taken: answering "duplicate" would act on data the transaction must not
+ * see, so raise a serialization failure, as ON CONFLICT DO NOTHING does
+ * (nodeModifyTable.c, ExecCheckTIDVisible).  A row this transaction
+ * inserted itself is a duplicate however the snapshot sees it.
+ *
+ * With a fingerprint, a row recorded with a different one means that the
+ * producer reused the message id for another message: an error, never a
+ * silent "duplicate".  A row recorded without a fingerprint matches any.
+ */
 static void
-claim_writer_begin(ClaimWriter *writer, Relation rel)
+claim_check_conflict(ClaimWriter *writer, ItemPointer conflict_tid,
+					 Datum fingerprint, bool has_fingerprint)
+{
+	TupleTableSlot *slot = writer->conflict_slot;
+	bool		isnull;
+
+	if (!IsolationUsesXactSnapshot() && !has_fingerprint)
+		return;
+	if (!table_tuple_fetch_row_version(writer->rel, conflict_tid, SnapshotAny,
+									   slot))
+		elog(ERROR, "failed to fetch conflicting claim");
+	if (IsolationUsesXactSnapshot() &&
+		!table_tuple_satisfies_snapshot(writer->rel, slot,
+										writer->estate->es_snapshot) &&
+		!TransactionIdIsCurrentTransactionId(
+			DatumGetTransactionId(slot_getsysattr(slot,
+												  MinTransactionIdAttributeNumber,
+												  &isnull))))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update")));
+	if (has_fingerprint && writer->natts > FINGERPRINT_ATTNUM - 1)
+	{
+		Datum		recorded = slot_getattr(slot, FINGERPRINT_ATTNUM, &isnull);
+
+		if (!isnull && !fingerprints_equal(DatumGetByteaPP(recorded),
+										   DatumGetByteaPP(fingerprint)))
+			ereport(ERROR,
+					(errcode(ERRCODE_DEDUP_MESSAGE_ID_REUSED),
+					 errmsg("message id \"%s\" of consumer \"%s\" was claimed before with a different fingerprint",
+							TextDatumGetCString(slot_getattr(slot, 2, &isnull)),
+							TextDatumGetCString(slot_getattr(slot, 1, &isnull))),
+					 errdetail("The producer reused the message id for a different message, or the fingerprint is not computed the same way every time."),
+					 errhint("Give each message its own id.")));
+	}
+	ExecClearTuple(slot);
+}
+
+static void
+claim_writer_begin(ClaimWriter *writer, Relation rel, Oid key_index)
 {
 	writer->rel = rel;
+	writer->natts = RelationGetDescr(rel)->natts;
 	writer->caller_context = CurrentMemoryContext;
 	writer->estate = CreateExecutorState();
 	MemoryContextSwitchTo(writer->estate->es_query_cxt);
 	writer->result_rel = makeNode(ResultRelInfo);
 	InitResultRelInfo(writer->result_rel, rel, 1, NULL, 0);
 	ExecOpenIndices(writer->result_rel, true);
+	writer->key_index = NULL;
+	for (int i = 0; i < writer->result_rel->ri_NumIndices; i++)
+	{
+		Relation	index = writer->result_rel->ri_IndexRelationDescs[i];
+
+		if (RelationGetRelid(index) == key_index)
+			writer->key_index = index;
+	}
+	Assert(writer->key_index != NULL);
 	writer->estate->es_snapshot = GetActiveSnapshot();
 	writer->slot = table_slot_create(rel, NULL);
 	writer->conflict_slot = table_slot_create(rel, NULL);
@@ -299,32 +360,78 @@ claim_writer_end(ClaimWriter *writer)
 }
 
 /*
- * Insert (consumer, message_id, now()) into processed_messages unless the
- * key is there already, and say whether it was inserted: the speculative
+ * Without waiting for anyone: is there a row with the key of the slot?
+ * CLAIM_DUPLICATE (with its TID in *conflict_tid) for a row whose inserting
+ * transaction committed (or is ours), CLAIM_IN_PROGRESS for one that
+ * another transaction is inserting or deleting right now, CLAIM_CLAIMED for
+ * none: the same dirty read of the key index that ON CONFLICT starts with,
+ * minus the wait.
+ */
+static ClaimOutcome
+claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
+{
+	SnapshotData dirty;
+	ScanKeyData keys[2];
+	IndexScanDesc scan;
+	ClaimOutcome outcome = CLAIM_CLAIMED;
+
+	InitDirtySnapshot(dirty);
+	for (int i = 0; i < 2; i++)
+		ScanKeyEntryInitialize(&keys[i], 0, i + 1, BTEqualStrategyNumber,
+							   TEXTOID, writer->key_index->rd_indcollation[i],
+							   F_TEXTEQ, writer->slot->tts_values[i]);
+	scan = dedup_index_beginscan(writer->rel, writer->key_index, &dirty, 2);
+	index_rescan(scan, keys, 2, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, writer->conflict_slot))
+	{
+		/* the dirty snapshot tells of a transaction still at work on it */
+		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
+			outcome = CLAIM_IN_PROGRESS;
+		else
+		{
+			*conflict_tid = writer->conflict_slot->tts_tid;
+			outcome = CLAIM_DUPLICATE;
+		}
+		ExecClearTuple(writer->conflict_slot);
+	}
+	index_endscan(scan);
+	return outcome;
+}
+
+/*
+ * Insert (consumer, message_id, now(), fingerprint) into processed_messages
+ * unless the key is there already, and say what happened: the speculative
  * insertion protocol of ExecInsert for ON CONFLICT DO NOTHING with every
  * unique index as arbiter.
  *
- * First look for a conflicting row (waiting for an in-progress inserter of
- * the same key to finish).  If there is none, insert the heap tuple
- * speculatively, under a speculative insertion lock, and then its index
- * entries; if a concurrent claim of the same key got into the unique index
- * first, the tuple is killed ("super-deleted") and the whole thing starts
- * again, now finding the other claim as a conflict.  What one key needs is
- * allocated in the per-tuple context, reset afterwards.
+ * First look for a conflicting row: with wait, as ON CONFLICT does,
+ * waiting for an in-progress inserter of the same key to finish; without,
+ * answering CLAIM_IN_PROGRESS instead.  If there is none, insert the heap
+ * tuple speculatively, under a speculative insertion lock, and then its
+ * index entries; if a concurrent claim of the same key got into the unique
+ * index first, the tuple is killed ("super-deleted") and the whole thing
+ * starts again, now finding the other claim as a conflict.  What one key
+ * needs is allocated in the per-tuple context, reset afterwards.
  */
-static bool
-claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id)
+static ClaimOutcome
+claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id,
+					Datum fingerprint, bool has_fingerprint, bool wait)
 {
 	EState	   *estate = writer->estate;
 	TupleTableSlot *slot = writer->slot;
-	bool		claimed = false;
+	ClaimOutcome outcome;
 
 	MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 	ExecClearTuple(slot);
+	memset(slot->tts_isnull, 0, writer->natts * sizeof(bool));
 	slot->tts_values[0] = consumer;
 	slot->tts_values[1] = message_id;
 	slot->tts_values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	memset(slot->tts_isnull, 0, 3 * sizeof(bool));
+	if (writer->natts >= FINGERPRINT_ATTNUM)
+	{
+		slot->tts_values[FINGERPRINT_ATTNUM - 1] = fingerprint;
+		slot->tts_isnull[FINGERPRINT_ATTNUM - 1] = !has_fingerprint;
+	}
 	ExecStoreVirtualTuple(slot);
 
 	for (;;)
@@ -336,18 +443,20 @@ claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id)
 		List	   *recheck;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!ExecCheckIndexConstraints(writer->result_rel, slot, estate,
-									   &conflict_tid,
+		if (wait)
+			outcome = ExecCheckIndexConstraints(writer->result_rel, slot, estate,
+												&conflict_tid,
 #if PG_VERSION_NUM >= 180000
-									   NULL,
+												NULL,
 #endif
-									   NIL))
-		{
-			claim_check_conflict_visible(writer->rel, &conflict_tid,
-										 writer->conflict_slot,
-										 estate->es_snapshot);
+												NIL) ? CLAIM_CLAIMED : CLAIM_DUPLICATE;
+		else
+			outcome = claim_probe(writer, &conflict_tid);
+		if (outcome == CLAIM_DUPLICATE)
+			claim_check_conflict(writer, &conflict_tid, fingerprint,
+								 has_fingerprint);
+		if (outcome != CLAIM_CLAIMED)
 			break;
-		}
 
 		/* only a claim that writes needs a transaction ID and a command ID */
 		xid = GetCurrentTransactionId();
@@ -366,16 +475,13 @@ claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id)
 		SpeculativeInsertionLockRelease(xid);
 		list_free(recheck);
 		if (!spec_conflict)
-		{
-			claimed = true;
 			break;
-		}
 	}
 
 	ExecClearTuple(slot);
 	MemoryContextSwitchTo(writer->caller_context);
 	ResetPerTupleExprContext(estate);
-	return claimed;
+	return outcome;
 }
 
 /*
@@ -408,14 +514,26 @@ batch_key_compare(const void *a, const void *b)
 }
 
 /*
+ * How to claim: the fingerprint every key is checked against (if any),
+ * and whether to wait for in-progress claims of the same keys.
+ */
+typedef struct ClaimOptions
+{
+	const char *function;		/* for errors: "dedup_claim()" */
+	Datum		fingerprint;
+	bool		has_fingerprint;
+	bool		wait;
+} ClaimOptions;
+
+/*
  * Check that the transaction may write and the caller may claim for
- * consumer (for function, named in errors); then claim each of the nkeys
- * keys (keys[i].key, already checked) for consumer, setting
- * claimed[keys[i].position], and count each outcome.
+ * consumer; then claim each of the nkeys keys (keys[i].key, already
+ * checked) for consumer, setting outcomes[keys[i].position], and count
+ * each outcome.
  */
 static void
-claim_keys(const char *function, text *consumer, BatchKey *keys, int nkeys,
-		   bool *claimed)
+claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
+		   int nkeys, ClaimOutcome *outcomes)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	const DedupRelations *rels;
@@ -423,21 +541,24 @@ claim_keys(const char *function, text *consumer, BatchKey *keys, int nkeys,
 	ClaimWriter writer;
 	int			done = 0;
 
-	PreventCommandDuringRecovery(function);
-	PreventCommandIfReadOnly(function);
+	PreventCommandDuringRecovery(options->function);
+	PreventCommandIfReadOnly(options->function);
 	claim_check_claimant(consumer);
 
 	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
-	claim_writer_begin(&writer, rel);
+	claim_writer_begin(&writer, rel, rels->messages_key);
 	for (; done < nkeys; done++)
 	{
 		TimestampTz lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);
-		bool		this_claimed;
+		ClaimOutcome outcome;
 
 		PG_TRY();
 		{
-			this_claimed = claim_writer_insert(&writer, PointerGetDatum(consumer),
-											   PointerGetDatum(keys[done].key));
+			outcome = claim_writer_insert(&writer, PointerGetDatum(consumer),
+										  PointerGetDatum(keys[done].key),
+										  options->fingerprint,
+										  options->has_fingerprint,
+										  options->wait);
 		}
 		PG_CATCH();
 		{
@@ -452,36 +573,90 @@ claim_keys(const char *function, text *consumer, BatchKey *keys, int nkeys,
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
-		claimed[keys[done].position] = this_claimed;
-		dedup_stats_count(consumer,
-						  this_claimed ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
-						  claim_waited(lock_wait_mark));
+		outcomes[keys[done].position] = outcome;
+		if (outcome != CLAIM_IN_PROGRESS)
+			dedup_stats_count(consumer,
+							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+							  claim_waited(lock_wait_mark));
 	}
 	claim_writer_end(&writer);
 	table_close(rel, NoLock);
 }
 
 /*
- * dedup_claim(consumer text, message_id text) RETURNS boolean
+ * Check the arguments of a single claim -- consumer, message_id and, if
+ * the function has a third argument, a fingerprint (NULL: none) -- and
+ * claim it.
+ */
+static ClaimOutcome
+claim_one(FunctionCallInfo fcinfo, const char *name, bool wait)
+{
+	ClaimOptions options = {0};
+	BatchKey	key;
+	ClaimOutcome outcome;
+
+	dedup_check_key(name, "consumer", 0, PG_GETARG_DATUM(0), PG_ARGISNULL(0),
+					DEDUP_MAX_CONSUMER_BYTES);
+	dedup_check_key(name, "message_id", 0, PG_GETARG_DATUM(1), PG_ARGISNULL(1),
+					DEDUP_MAX_MESSAGE_ID_BYTES);
+	options.function = psprintf("%s()", name);
+	options.wait = wait;
+	if (PG_NARGS() > 2 && !PG_ARGISNULL(2))
+	{
+		Size		len = toast_raw_datum_size(PG_GETARG_DATUM(2)) - VARHDRSZ;
+
+		if (len == 0 || len > DEDUP_MAX_FINGERPRINT_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"fingerprint\" of %s must be 1 to %d bytes long, not %zu",
+							name, DEDUP_MAX_FINGERPRINT_BYTES, len),
+					 errhint("Pass a digest of the message, for example sha256(payload).")));
+		options.fingerprint = PointerGetDatum(PG_GETARG_BYTEA_PP(2));
+		options.has_fingerprint = true;
+	}
+	key.key = PG_GETARG_TEXT_PP(1);
+	key.position = 0;
+	claim_keys(&options, PG_GETARG_TEXT_PP(0), &key, 1, &outcome);
+	return outcome;
+}
+
+/*
+ * dedup_claim(consumer text, message_id text [, fingerprint bytea])
+ * RETURNS boolean
  *
  * True when this transaction has just recorded the claim: do the work, in the
  * same transaction.  False when a committed claim for the same consumer and
  * message id exists, or this transaction made it already: skip the work.
+ * With a fingerprint, a recorded claim with a different one is an error.
  */
 Datum
 dedup_claim(PG_FUNCTION_ARGS)
 {
-	BatchKey	key;
-	bool		claimed;
+	PG_RETURN_BOOL(claim_one(fcinfo, "dedup_claim", true) == CLAIM_CLAIMED);
+}
 
-	claim_check_key("dedup_claim", "consumer", 0, PG_GETARG_DATUM(0),
-					PG_ARGISNULL(0), DEDUP_MAX_CONSUMER_BYTES);
-	claim_check_key("dedup_claim", "message_id", 0, PG_GETARG_DATUM(1),
-					PG_ARGISNULL(1), DEDUP_MAX_MESSAGE_ID_BYTES);
-	key.key = PG_GETARG_TEXT_PP(1);
-	key.position = 0;
-	claim_keys("dedup_claim()", PG_GETARG_TEXT_PP(0), &key, 1, &claimed);
-	PG_RETURN_BOOL(claimed);
+/*
+ * dedup_try_claim(consumer text, message_id text, fingerprint bytea DEFAULT
+ * NULL) RETURNS dedup_claim_status
+ *
+ * dedup_claim that never waits for another transaction's claim of the same
+ * key: 'claimed', 'duplicate', or 'in_progress' when another transaction
+ * holds an uncommitted claim of it (or is deleting it) right now.
+ */
+Datum
+dedup_try_claim(PG_FUNCTION_ARGS)
+{
+	static const char *const labels[] = {"claimed", "duplicate", "in_progress"};
+	ClaimOutcome outcome = claim_one(fcinfo, "dedup_try_claim", false);
+	Oid			status_type = get_fn_expr_rettype(fcinfo->flinfo);
+	Oid			label;
+
+	label = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+							ObjectIdGetDatum(status_type),
+							CStringGetDatum(labels[outcome]));
+	if (!OidIsValid(label))
+		elog(ERROR, "dedup_claim_status has no label \"%s\"", labels[outcome]);
+	PG_RETURN_OID(label);
 }
 
 /*
@@ -501,11 +676,12 @@ dedup_claim_many(PG_FUNCTION_ARGS)
 	bool	   *nulls;
 	int			nkeys;
 	BatchKey   *keys;
-	bool	   *claimed;
+	ClaimOptions options = {0};
+	ClaimOutcome *outcomes;
 	Datum	   *results;
 	int			lbound = 1;
 
-	claim_check_key("dedup_claim_many", "consumer", 0, PG_GETARG_DATUM(0),
+	dedup_check_key("dedup_claim_many", "consumer", 0, PG_GETARG_DATUM(0),
 					PG_ARGISNULL(0), DEDUP_MAX_CONSUMER_BYTES);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -532,19 +708,21 @@ dedup_claim_many(PG_FUNCTION_ARGS)
 	keys = palloc(nkeys * sizeof(BatchKey));
 	for (int i = 0; i < nkeys; i++)
 	{
-		claim_check_key("dedup_claim_many", "message_ids", i + 1, elements[i],
+		dedup_check_key("dedup_claim_many", "message_ids", i + 1, elements[i],
 						nulls[i], DEDUP_MAX_MESSAGE_ID_BYTES);
 		keys[i].key = DatumGetTextPP(elements[i]);
 		keys[i].position = i;
 	}
 	qsort(keys, nkeys, sizeof(BatchKey), batch_key_compare);
 
-	claimed = palloc(nkeys * sizeof(bool));
-	claim_keys("dedup_claim_many()", PG_GETARG_TEXT_PP(0), keys, nkeys, claimed);
+	outcomes = palloc(nkeys * sizeof(ClaimOutcome));
+	options.function = "dedup_claim_many()";
+	options.wait = true;
+	claim_keys(&options, PG_GETARG_TEXT_PP(0), keys, nkeys, outcomes);
 
 	results = palloc(nkeys * sizeof(Datum));
 	for (int i = 0; i < nkeys; i++)
-		results[i] = BoolGetDatum(claimed[i]);
+		results[i] = BoolGetDatum(outcomes[i] == CLAIM_CLAIMED);
 	if (ARR_NDIM(array) == 1)
 		lbound = ARR_LBOUND(array)[0];
 	PG_RETURN_ARRAYTYPE_P(construct_md_array(results, NULL, 1, &nkeys, &lbound,

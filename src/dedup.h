@@ -23,6 +23,9 @@
 #define DEDUP_MAX_CONSUMER_BYTES	256
 #define DEDUP_MAX_MESSAGE_ID_BYTES	1024
 
+/* Longest payload fingerprint a claim accepts: a SHA-512 digest. */
+#define DEDUP_MAX_FINGERPRINT_BYTES	64
+
 /* Most message ids one dedup_claim_many() call accepts. */
 #define DEDUP_MAX_BATCH_KEYS		10000
 
@@ -177,6 +180,14 @@ extern List *dedup_sweep_targets(const DedupRelations *rels,
 								 const char *only_consumer);
 extern uint64 dedup_sweep_batch(const DedupRelations *rels,
 								DedupSweepTarget *target, int batch_size);
+extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
+								TimestampTz from, TimestampTz before,
+								int limit, TimestampTz *last);
+
+/* claim.c: the claims, and the argument checks they share with records.c */
+extern void dedup_check_key(const char *function, const char *argname,
+							int element, Datum value, bool isnull,
+							Size max_bytes);
 
 /* launcher.c and sweeper.c: the background workers */
 extern void dedup_register_launcher(void);

@@ -185,7 +185,10 @@ relations_load(DedupRelations *rels)
 										"dedup_consumer_roles");
 
 	rel = table_open(rels->messages, AccessShareLock);
-	if (RelationGetDescr(rel)->natts != 3 ||
+	/* 1.1 added a fourth column, fingerprint */
+	if (RelationGetDescr(rel)->natts < 3 || RelationGetDescr(rel)->natts > 4 ||
+		(RelationGetDescr(rel)->natts == 4 &&
+		 !column_is(rel, 4, "fingerprint", BYTEAOID)) ||
 		!column_is(rel, 1, "consumer_name", TEXTOID) ||
 		!column_is(rel, 2, "message_id", TEXTOID) ||
 		!column_is(rel, 3, "processed_at", TIMESTAMPTZOID) ||

@@ -441,10 +441,10 @@ dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
 }
 
 /*
- * Delete the expired rows of one consumer, oldest first, at most batch_size
- * of them (0: all), starting where the previous batch for this target
- * stopped, and return how many were deleted.  The caller holds
- * dedup_sweep_lock and a snapshot.
+ * Delete consumer's rows dated from from (inclusive) to before (exclusive;
+ * DT_NOEND: no end), oldest first, at most limit of them (0: all), and
+ * return how many were deleted; *last (if not NULL) is set to the claim
+ * time of the last row looked at.  The caller holds a snapshot.
  *
  * The rows are read from the (consumer_name, processed_at) index and
  * deleted by TID, waiting for a transaction that has locked one (the
@@ -452,8 +452,9 @@ dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
  * deleted meanwhile is skipped.  Claims never update rows.
  */
 uint64
-dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
-				  int batch_size)
+dedup_delete_rows(const DedupRelations *rels, text *consumer,
+				  TimestampTz from, TimestampTz before, int limit,
+				  TimestampTz *last)
 {
 	Relation	rel = table_open(rels->messages, RowExclusiveLock);
 	Relation	index = index_open(rels->messages_time, AccessShareLock);
@@ -461,19 +462,21 @@ dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
 	Snapshot	snapshot = GetActiveSnapshot();
 	CommandId	cid = GetCurrentCommandId(true);
 	ScanKeyData keys[3];
+	int			nkeys = 2;
 	IndexScanDesc scan;
 	uint64		deleted = 0;
 
 	scan_key(&keys[0], index, 1, BTEqualStrategyNumber,
-			 PointerGetDatum(target->consumer));
-	scan_key(&keys[1], index, 2, BTLessStrategyNumber,
-			 TimestampTzGetDatum(target->cutoff));
-	scan_key(&keys[2], index, 2, BTGreaterEqualStrategyNumber,
-			 TimestampTzGetDatum(target->resume));
-	scan = dedup_index_beginscan(rel, index, snapshot, 3);
-	index_rescan(scan, keys, 3, NULL, 0);
+			 PointerGetDatum(consumer));
+	scan_key(&keys[1], index, 2, BTGreaterEqualStrategyNumber,
+			 TimestampTzGetDatum(from));
+	if (before != DT_NOEND)
+		scan_key(&keys[nkeys++], index, 2, BTLessStrategyNumber,
+				 TimestampTzGetDatum(before));
+	scan = dedup_index_beginscan(rel, index, snapshot, nkeys);
+	index_rescan(scan, keys, nkeys, NULL, 0);
 
-	while ((batch_size == 0 || deleted < (uint64) batch_size) &&
+	while ((limit == 0 || deleted < (uint64) limit) &&
 		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		TM_FailureData tmfd;
@@ -482,7 +485,8 @@ dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
 		ItemPointerData tid = slot->tts_tid;
 
 		CHECK_FOR_INTERRUPTS();
-		target->resume = DatumGetTimestampTz(slot_getattr(slot, 3, &isnull));
+		if (last != NULL)
+			*last = DatumGetTimestampTz(slot_getattr(slot, 3, &isnull));
 		ExecClearTuple(slot);
 
 		result = table_tuple_delete(rel, &tid, cid, snapshot, InvalidSnapshot,
@@ -507,6 +511,20 @@ dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
 	index_close(index, AccessShareLock);
 	table_close(rel, NoLock);
 	return deleted;
+}
+
+/*
+ * Delete the expired rows of one consumer, oldest first, at most batch_size
+ * of them (0: all), starting where the previous batch for this target
+ * stopped, and return how many were deleted.  The caller holds
+ * dedup_sweep_lock and a snapshot.
+ */
+uint64
+dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
+				  int batch_size)
+{
+	return dedup_delete_rows(rels, target->consumer, target->resume,
+							 target->cutoff, batch_size, &target->resume);
 }
 
 /*
