@@ -20,6 +20,8 @@ use Test::More;
 
 my $clients = 4;
 my $swaps   = 40;
+# long enough to outlast the swaps on a loaded machine; pgbench ends by itself
+my $pgbench_seconds = 20;
 
 my $node = PostgreSQL::Test::Cluster->new('swap');
 $node->init;
@@ -74,7 +76,7 @@ $node->safe_psql('postgres',
 
 my @cmd = (
 	'pgbench', '-n', '-h', $node->host, '-p', $node->port,
-	'-c', $clients, '-j', 2, '-T', 1000, '-f', $script, 'postgres');
+	'-c', $clients, '-j', 2, '-T', $pgbench_seconds, '-f', $script, 'postgres');
 my $pgbench_err = $node->basedir . '/pgbench.err';
 my $stdout = '';
 my $pgbench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', $pgbench_err);
@@ -82,6 +84,8 @@ my $pgbench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', $pgbench_err);
 # let the clients warm up, then swap back and forth
 $node->poll_query_until('postgres', 'SELECT count(*) > 20 FROM claimed_log')
   or die 'pgbench made no claims: ' . slurp_file($pgbench_err);
+my $claims_before =
+  $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log');
 for my $i (1 .. $swaps)
 {
 	$node->safe_psql(
@@ -103,7 +107,8 @@ ALTER SCHEMA trap_parked RENAME TO trap;
 COMMIT;
 });
 }
-$pgbench->signal('INT');
+my $claims_during_swaps =
+  $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log') - $claims_before;
 $pgbench->finish;
 note("pgbench: $stdout");
 my $stderr = slurp_file($pgbench_err);
@@ -126,8 +131,8 @@ INSERT INTO public.claimed_log VALUES ('after-swap');
 	"t|t",
 	'a fresh backend claims and sets windows with the look-alike first on its path');
 
-my $logged = $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log');
-cmp_ok($logged, '>', 20, "pgbench committed claims during $swaps swaps");
+cmp_ok($claims_during_swaps, '>', 0,
+	"pgbench committed $claims_during_swaps claims during $swaps swaps");
 is($node->safe_psql('postgres', 'SELECT count(*) FROM public.trap_ran'),
 	'0', 'no trigger of the look-alike ever ran');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM app.processed_messages'),
