@@ -1,0 +1,113 @@
+#
+# 016_upgrade.pl: ALTER EXTENSION dedup UPDATE from 1.0 to 1.1 keeps every
+# record, window and counter, and leaves 1.1 working.
+#
+# A database gets dedup 1.0 (with the current library: 1.0's SQL objects must
+# keep working with it), claims, duplicates, windows and a consumer kept
+# forever.  After ALTER EXTENSION dedup UPDATE:
+#   - processed_messages holds exactly the same rows, dedup_retention the
+#     same windows, dedup_stats the same counters;
+#   - the old claims are still duplicates, new ones are claimed, and the 1.1
+#     functions work (batch, try, fingerprint, claimants);
+#   - the claim runs as its caller, the retention functions are bound at
+#     creation;
+#   - the sweeper sweeps the upgraded database.
+#
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dedup'
+dedup.sweep_interval = 1s
+dedup.retention = 1h
+});
+$node->start;
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sql(q{
+CREATE EXTENSION dedup VERSION '1.0';
+SELECT dedup_claim('orders', 'o-' || i) FROM generate_series(1, 5) i;
+SELECT dedup_claim('orders', 'o-1'), dedup_claim('orders', 'o-2');
+SELECT dedup_set_retention('orders', '3 days');
+SELECT dedup_keep_forever('audit');
+SELECT dedup_claim('audit', 'a-1');
+INSERT INTO processed_messages (consumer_name, message_id, processed_at)
+VALUES ('audit', 'a-old', now() - interval '10 years');
+});
+is(sql(q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
+	'1.0', 'installed as 1.0');
+is(sql(q{SELECT dedup_claim('orders', 'o-3')}), 'f',
+	'1.0 objects work with the current library');
+
+my $rows_query = q{
+SELECT string_agg(format('%s/%s/%s', consumer_name, message_id, processed_at), ' '
+				  ORDER BY consumer_name, message_id)
+  FROM processed_messages};
+my $windows_query = q{
+SELECT string_agg(format('%s=%s', consumer_name, coalesce(retention::text, 'forever')), ' '
+				  ORDER BY consumer_name)
+  FROM dedup_retention};
+my $counters_query = q{
+SELECT string_agg(format('%s:%s/%s', consumer, claims, duplicates), ' ' ORDER BY consumer)
+  FROM dedup_stats WHERE claims IS NOT NULL};
+my ($rows, $windows, $counters) =
+  map { sql($_) } ($rows_query, $windows_query, $counters_query);
+is($counters, 'audit:1/0 orders:5/3', 'counters before the upgrade');
+
+sql(q{ALTER EXTENSION dedup UPDATE});
+is(sql(q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
+	'1.1', 'updated to 1.1');
+is(sql($rows_query),     $rows,     'every record kept, claim times included');
+is(sql($windows_query),  $windows,  'every window kept');
+is(sql($counters_query), $counters, 'every counter kept');
+
+is(sql(q{SELECT dedup_claim('orders', 'o-1'), dedup_claim('orders', 'o-new')}),
+	'f|t', 'old claims are duplicates, new ones are claimed');
+is(sql(q{SELECT dedup_claim_many('orders', ARRAY['o-2', 'o-many'])}),
+	'{f,t}', 'batch claims');
+is(sql(q{SELECT dedup_try_claim('orders', 'o-3'), dedup_try_claim('orders', 'o-try')}),
+	'duplicate|claimed', 'try claims');
+is(sql(q{SELECT dedup_claim('orders', 'o-fp', '\x01'), dedup_claim('orders', 'o-fp', '\x01')}),
+	't|f', 'fingerprints on the upgraded table');
+my ($ret, $out, $err) =
+  $node->psql('postgres', q{SELECT dedup_claim('orders', 'o-fp', '\x02')});
+like($err, qr/different fingerprint/, 'a reused id is refused after the upgrade');
+
+is( sql(q{
+SELECT p.prosecdef, l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.oid = 'dedup_claim(text, text)'::regprocedure}),
+	'f|c', 'dedup_claim runs as its caller');
+is( sql(q{
+SELECT string_agg(format('%s:%s:%s', p.proname, l.lanname, p.prosqlbody IS NOT NULL), ' ' ORDER BY p.proname)
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.proname IN ('dedup_set_retention', 'dedup_keep_forever', 'dedup_reset_retention')}),
+	'dedup_keep_forever:sql:t dedup_reset_retention:sql:t dedup_set_retention:sql:t',
+	'the retention functions are SQL bodies bound at creation');
+is(sql(q{SELECT dedup_set_retention('orders', '4 days') IS NULL}), 't',
+	'dedup_set_retention works after the upgrade');
+
+# the sweeper sweeps the upgraded database: 'orders' rows older than its
+# window go, 'audit' (forever) keeps even its 10-year-old row
+sql(q{INSERT INTO processed_messages (consumer_name, message_id, processed_at)
+	  VALUES ('orders', 'o-expired', now() - interval '5 days')});
+my $since = sql('SELECT clock_timestamp()');
+sql('SELECT dedup_sweeper_wake()');
+ok( $node->poll_query_until(
+		'postgres', qq{
+SELECT last_sweep_end > '$since' AND last_sweep_outcome = 'done' FROM dedup_sweeper}),
+	'a sweep of the upgraded database completes');
+is( sql(q{
+SELECT (SELECT count(*) FROM processed_messages WHERE message_id = 'o-expired'),
+	   (SELECT count(*) FROM processed_messages WHERE message_id = 'a-old')}),
+	'0|1', 'expired claim swept, the forever consumer kept');
+
+$node->stop;
+done_testing();
