@@ -257,7 +257,10 @@ dedup_sweep_check_role(const DedupRelations *rels, Oid role)
 #endif
 	if (result != ACLCHECK_OK)
 		aclcheck_error(result, OBJECT_SCHEMA, get_namespace_name(rels->schema));
-	result = pg_class_aclcheck(rels->messages, role, ACL_SELECT | ACL_DELETE);
+	/* one privilege at a time: a check of several passes if any is held */
+	result = pg_class_aclcheck(rels->messages, role, ACL_SELECT);
+	if (result == ACLCHECK_OK)
+		result = pg_class_aclcheck(rels->messages, role, ACL_DELETE);
 	if (result != ACLCHECK_OK)
 		aclcheck_error(result, OBJECT_TABLE, get_rel_name(rels->messages));
 	result = pg_class_aclcheck(rels->retention, role, ACL_SELECT);
