@@ -82,6 +82,20 @@ ALTER SCHEMA dedup_elsewhere RENAME TO dedup_renamed;
 SELECT dedup_renamed.dedup_claim('c', 'k1') AS after_rename,
        dedup_renamed.dedup_claim('c', 'k2') AS new_key;
 SELECT message_id FROM dedup_renamed.processed_messages ORDER BY 1;
+
+-- indexes a DBA adds are maintained by claims, and a unique one is an
+-- arbiter, as for INSERT ... ON CONFLICT DO NOTHING
+CREATE INDEX regress_by_time ON dedup_renamed.processed_messages (processed_at);
+CREATE UNIQUE INDEX regress_one_consumer_per_id ON dedup_renamed.processed_messages (message_id);
+SELECT dedup_renamed.dedup_claim('c', 'k3') AS claimed,
+       dedup_renamed.dedup_claim('other', 'k3') AS unique_index_conflict,
+       dedup_renamed.dedup_claim('c', 'k3') AS duplicate;
+SET enable_seqscan = off;
+SELECT count(*) AS found_through_added_index FROM dedup_renamed.processed_messages
+ WHERE processed_at = (SELECT processed_at FROM dedup_renamed.processed_messages WHERE message_id = 'k3');
+RESET enable_seqscan;
+DROP INDEX dedup_renamed.regress_by_time;
+DROP INDEX dedup_renamed.regress_one_consumer_per_id;
 DROP EXTENSION dedup;
 DROP SCHEMA dedup_renamed;
 DROP TABLE loyalty;

@@ -29,6 +29,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_enum.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -257,6 +258,8 @@ typedef struct ClaimWriter
 	EState	   *estate;
 	ResultRelInfo *result_rel;
 	Relation	key_index;		/* the (consumer_name, message_id) key */
+	List	   *indexes;		/* OIDs of all the table's indexes */
+	bool		all_indexes_open;	/* or only the key, so far */
 	int			natts;			/* 3 before 1.1 (no fingerprint column) */
 	TupleTableSlot *slot;		/* the claim being inserted */
 	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
@@ -324,26 +327,74 @@ claim_check_conflict(ClaimWriter *writer, ItemPointer conflict_tid,
 	ExecClearTuple(slot);
 }
 
+/*
+ * Open an index of processed_messages as ExecOpenIndices would: locked,
+ * with its IndexInfo, and for a unique index the information speculative
+ * insertion needs.
+ */
+static void
+claim_writer_open_index(ClaimWriter *writer, Oid indexoid)
+{
+	ResultRelInfo *result_rel = writer->result_rel;
+	Relation	index = index_open(indexoid, RowExclusiveLock);
+	IndexInfo  *info = BuildIndexInfo(index);
+	int			n = result_rel->ri_NumIndices++;
+
+	if (info->ii_Unique)
+		BuildSpeculativeIndexInfo(index, info);
+	result_rel->ri_IndexRelationDescs[n] = index;
+	result_rel->ri_IndexRelationInfo[n] = info;
+}
+
+/*
+ * Before the first insertion of the statement: open the indexes besides the
+ * key, which a duplicate never needs.  Returns whether one of them is
+ * unique (an index a DBA added): it is an arbiter too, so the caller must
+ * look for conflicts again.
+ */
+static bool
+claim_writer_open_other_indexes(ClaimWriter *writer)
+{
+	MemoryContext oldcontext = MemoryContextSwitchTo(writer->estate->es_query_cxt);
+	ResultRelInfo *result_rel = writer->result_rel;
+	bool		unique = false;
+	ListCell   *lc;
+
+	foreach(lc, writer->indexes)
+	{
+		if (lfirst_oid(lc) == RelationGetRelid(writer->key_index))
+			continue;
+		claim_writer_open_index(writer, lfirst_oid(lc));
+		unique |= result_rel->ri_IndexRelationInfo[result_rel->ri_NumIndices - 1]->ii_Unique;
+	}
+	writer->all_indexes_open = true;
+	MemoryContextSwitchTo(oldcontext);
+	return unique;
+}
+
 static void
 claim_writer_begin(ClaimWriter *writer, Relation rel, Oid key_index)
 {
+	ResultRelInfo *result_rel;
+	int			nindexes;
+
 	writer->rel = rel;
 	writer->natts = RelationGetDescr(rel)->natts;
 	writer->caller_context = CurrentMemoryContext;
 	writer->estate = CreateExecutorState();
 	MemoryContextSwitchTo(writer->estate->es_query_cxt);
-	writer->result_rel = makeNode(ResultRelInfo);
-	InitResultRelInfo(writer->result_rel, rel, 1, NULL, 0);
-	ExecOpenIndices(writer->result_rel, true);
-	writer->key_index = NULL;
-	for (int i = 0; i < writer->result_rel->ri_NumIndices; i++)
-	{
-		Relation	index = writer->result_rel->ri_IndexRelationDescs[i];
+	result_rel = writer->result_rel = makeNode(ResultRelInfo);
+	InitResultRelInfo(result_rel, rel, 1, NULL, 0);
 
-		if (RelationGetRelid(index) == key_index)
-			writer->key_index = index;
-	}
-	Assert(writer->key_index != NULL);
+	/* the key first: all that a duplicate needs */
+	writer->indexes = RelationGetIndexList(rel);
+	nindexes = list_length(writer->indexes);
+	result_rel->ri_IndexRelationDescs = palloc(nindexes * sizeof(Relation));
+	result_rel->ri_IndexRelationInfo = palloc(nindexes * sizeof(IndexInfo *));
+	claim_writer_open_index(writer, key_index);
+	writer->key_index = result_rel->ri_IndexRelationDescs[0];
+	writer->all_indexes_open = (nindexes == 1);
+
 	writer->estate->es_snapshot = GetActiveSnapshot();
 	writer->slot = table_slot_create(rel, NULL);
 	writer->conflict_slot = table_slot_create(rel, NULL);
@@ -458,7 +509,13 @@ claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id,
 		if (outcome != CLAIM_CLAIMED)
 			break;
 
-		/* only a claim that writes needs a transaction ID and a command ID */
+		/*
+		 * Only a claim that writes needs the other indexes, a transaction ID
+		 * and a command ID.  A unique index opened now must be checked too.
+		 */
+		if (!writer->all_indexes_open &&
+			claim_writer_open_other_indexes(writer))
+			continue;
 		xid = GetCurrentTransactionId();
 		estate->es_output_cid = GetCurrentCommandId(true);
 		token = SpeculativeInsertionLockAcquire(xid);
