@@ -154,10 +154,12 @@ bench_sweep() {
 bench_sweep_during() {
 	local rows=$BENCH_DURING_ROWS rate
 	if [ -z "$rows" ]; then
-		# enough for every round's sweep at the rate the worker swept above, and a half more
+		# enough for every round's sweep at 3/4 of the rate the worker swept
+		# alone (it shares the CPUs with the claims now), at most
+		# BENCH_DURING_MAX; the note says if a round ran out anyway
 		rate=$(stats "sweep_worker_${BENCH_SWEEP_SIZES##*,}" | cut -d' ' -f1)
-		rows=$(awk -v r="$rate" -v s="$BENCH_SECONDS" -v n="$BENCH_ROUNDS" \
-			'BEGIN { x = int(r * (s + 2) * n * 1.5); print (x < 100000 ? 100000 : x) }')
+		rows=$(awk -v r="$rate" -v s="$BENCH_SECONDS" -v n="$BENCH_ROUNDS" -v max="$BENCH_DURING_MAX" \
+			'BEGIN { x = int(r * (s + 1) * n * 0.75); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
 	fi
 	local limit=$((BENCH_SECONDS + 1))
 	[ "$BENCH_SMOKE" = 0 ] || limit=1
