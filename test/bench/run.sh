@@ -1,83 +1,115 @@
 #!/usr/bin/env bash
-# test/bench/run.sh: dedup_claim against the plain-SQL baseline, side by side.
+# test/bench/run.sh: the dedup benchmark, every row side by side in one run.
 #
-#   sudo test/bench/run.sh [SECONDS_PER_RUN] [ROUNDS]
+#   sudo test/bench/run.sh [SECONDS_PER_RUN [ROUNDS]]   full run (default 10 s, 3 rounds)
+#   sudo test/bench/run.sh --smoke                       seconds of measuring, tiny sizes:
+#                                                        checks the harness end to end
 #
-# Starts a throwaway cluster, then for each workload runs the baseline and
-# the claim alternately (ROUNDS times each, SECONDS_PER_RUN each run, 2
-# clients, prepared statements: the baseline is not re-planned at every
-# call, as dedup_claim's saved plan is not) so that both see the same noise, and reports the median
-# TPS of each and their ratio, and the cost of the claim counters (the same
-# claims with dedup.track_claims off and on).  Absolute numbers on a shared machine mean
-# little; the ratio is the figure to compare.  Then measures the sweep rate
-# of the retention worker while claims are being inserted, in the same run.
+# Starts one throwaway cluster (test/cluster.sh; fsync on, synchronous_commit
+# off unless a row says otherwise, autovacuum off: the sweep rows VACUUM
+# themselves) and compares dedup with the plain-SQL baseline, each pair in
+# alternating rounds (A B A B ...) so that both see the same noise; reports
+# the median and min-max of each side and the ratio dedup / baseline:
+#
+#   1-4, 6, 7  claims.sh   single claims, duplicates, claim + UPDATE, batches of
+#                          100 keys (dedup_claim_many), synchronous_commit on,
+#                          the claim counters
+#   5          redis.sh    Redis SET NX EX, without persistence and with AOF
+#   8, 9       sweep.sh    sweep scaling, claims during a sweep
+#   10         growth.sh   bytes per claim, claims with many rows stored
+#   lib.sh: measuring and bookkeeping; report.py: the table, results.csv/.json
+#
+# Absolute numbers on a shared machine mean little; compare ratios.  Exits
+# non-zero only if something is broken, never because of a ratio.
+#
+# Environment (defaults for the full run; --smoke has tiny ones):
+#   PG_BIN, PGPORT         PostgreSQL bin dir and port (default: test/cluster.sh's);
+#                          with PG_BIN set, test/setup.sh is not run (build and
+#                          install dedup there yourself)
+#   BENCH_CLIENTS          pgbench clients and threads, Redis connections (2)
+#   BENCH_REDIS_PIPELINE   redis-benchmark -P (16);  BENCH_REDIS_PORT (56379, and +1)
+#   BENCH_SWEEP_SIZES      expired backlogs, comma-separated (500000,1000000; the
+#                          issue's full list: 500000,1000000,2000000,4000000,8000000)
+#   BENCH_SWEEP_ROUNDS     rounds of each sweep size (1)
+#   BENCH_DURING_ROWS      backlog swept during row 9 (default: enough for its
+#                          rounds at the rate measured in row 8, at most
+#                          BENCH_DURING_MAX, 8000000)
+#   BENCH_GROWTH_SMALL, BENCH_GROWTH_LARGE   rows stored in row 10 (100000,
+#                          2000000; the issue's full run: 20000000)
+#   BENCH_OUT              result directory (/tmp/dedup-bench.DATE-TIME)
 set -euo pipefail
+set -E
+shopt -s inherit_errexit
+trap 'echo "test/bench/run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
-seconds=${1:-10}
-rounds=${2:-3}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-top=$(cd "$here/../.." && pwd)
-if [ "$(id -u)" -eq 0 ]; then
+BENCH_SMOKE=0
+if [ "${1:-}" = --smoke ]; then
+	BENCH_SMOKE=1
+	shift
+fi
+BENCH_SECONDS=${1:-10}
+BENCH_ROUNDS=${2:-3}
+BENCH_SMOKE_TX=50
+: "${BENCH_CLIENTS:=2}" "${BENCH_REDIS_PIPELINE:=16}" "${BENCH_REDIS_PORT:=56379}"
+if [ "$BENCH_SMOKE" = 1 ]; then
+	BENCH_SECONDS=1 BENCH_ROUNDS=1
+	: "${BENCH_SWEEP_SIZES:=20000,40000}" "${BENCH_DURING_ROWS:=50000}"
+	: "${BENCH_GROWTH_SMALL:=10000}" "${BENCH_GROWTH_LARGE:=50000}"
+fi
+: "${BENCH_SWEEP_SIZES:=500000,1000000}" "${BENCH_SWEEP_ROUNDS:=1}" "${BENCH_DURING_ROWS:=}"
+: "${BENCH_DURING_MAX:=8000000}"
+: "${BENCH_GROWTH_SMALL:=100000}" "${BENCH_GROWTH_LARGE:=2000000}"
+: "${BENCH_OUT:=/tmp/dedup-bench.$(date +%Y%m%d-%H%M%S)}"
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$BENCH_DIR/../.." && pwd)
+bench_pg_bin=${PG_BIN:-}
+if [ "$(id -u)" -eq 0 ] && [ -z "$bench_pg_bin" ]; then
 	"$top/test/setup.sh"
 fi
 . "$top/test/cluster.sh"
-cluster_start "synchronous_commit = off" "dedup.sweep_enabled = off" \
-	"shared_buffers = 512MB"
-as_pg psql -X -q -v ON_ERROR_STOP=1 -f "$here/setup.sql"
+[ -z "$bench_pg_bin" ] || PG_BIN=$bench_pg_bin	# cluster.sh sets its own
+. "$BENCH_DIR/lib.sh"
+. "$BENCH_DIR/claims.sh"
+. "$BENCH_DIR/redis.sh"
+. "$BENCH_DIR/sweep.sh"
+. "$BENCH_DIR/growth.sh"
 
-tps() {	# tps SCRIPT: one pgbench run, prints its TPS
-	as_pg pgbench -n -M prepared -T "$seconds" -c 2 -j 2 -f "$here/$1" 2>/dev/null |
-		awk '/^tps/ { printf "%.0f\n", $3 }'
+mkdir -p "$BENCH_OUT"
+BENCH_WORK=$(mktemp -d /tmp/dedup-bench-work.XXXXXX)
+results_header
+started=$(date +%s)
+
+cluster_start "fsync = on" "synchronous_commit = off" "dedup.sweep_enabled = off" \
+	"shared_buffers = 512MB" "autovacuum = off" "max_wal_size = 8GB" \
+	"checkpoint_timeout = 30min"
+bench_cleanup() {
+	redis_stop_all
+	cluster_stop
+	rm -rf "$BENCH_WORK"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-calc() { awk "BEGIN { print $* }"; }
+trap bench_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+psql_q -f "$BENCH_DIR/setup.sql"
+echo "== $(psql_v 'SELECT version()' | cut -d, -f1); dedup $(psql_v "SELECT extversion FROM pg_extension WHERE extname = 'dedup'")"
+[ "$BENCH_SMOKE" = 1 ] && echo "== smoke mode: $BENCH_SMOKE_TX transactions per client per run, 1 round, tiny sizes" ||
+	echo "== $BENCH_ROUNDS rounds of $BENCH_SECONDS s per run, $BENCH_CLIENTS clients"
 
-printf '%-12s %12s %12s %8s\n' workload "plain tps" "claim tps" ratio
-for workload in insert duplicate work; do
-	plain=() claim=()
-	for _ in $(seq "$rounds"); do
-		plain+=("$(tps "plain_$workload.sql")")
-		claim+=("$(tps "claim_$workload.sql")")
-	done
-	p=$(printf '%s\n' "${plain[@]}" | median)
-	c=$(printf '%s\n' "${claim[@]}" | median)
-	printf '%-12s %12s %12s %8.2f\n' "$workload" "$p" "$c" "$(calc "$c / $p")"
-done
+bench_claims
+bench_redis
+bench_sweep
+bench_sweep_during
+bench_growth
 
-# what the claim counters cost: the same claims, counted and not counted
-off=() on=()
-for _ in $(seq "$rounds"); do
-	off+=("$(PGOPTIONS='-c dedup.track_claims=off' tps claim_insert.sql)")
-	on+=("$(tps claim_insert.sql)")
-done
-o=$(printf '%s\n' "${off[@]}" | median)
-n=$(printf '%s\n' "${on[@]}" | median)
-printf '%-12s %12s %12s %8.2f   (counters off / on)\n' counters "$o" "$n" "$(calc "$n / $o")"
-
-# sweep rate: the worker deletes expired rows while claims keep coming
-rows=${SWEEP_ROWS:-500000}
-as_pg psql -X -q -v ON_ERROR_STOP=1 <<SQL
-INSERT INTO processed_messages (consumer_name, message_id, processed_at)
-SELECT 'old', g::text, now() - interval '30 days' + g * interval '1 ms'
-  FROM generate_series(1, $rows) g;
-INSERT INTO processed_messages VALUES ('old', 'latest', now());
-ALTER SYSTEM SET dedup.sweep_enabled = on;
-ALTER SYSTEM SET dedup.sweep_max_duration = 0;
-SELECT pg_reload_conf() \gset
-SQL
-before=$(as_pg psql -X -Atc "SELECT count(*) FROM processed_messages WHERE consumer_name = 'bench'")
-start=$(date +%s.%N)
-as_pg psql -X -q -c "SELECT dedup_sweeper_wake()" >/dev/null
-as_pg pgbench -n -M prepared -T "$seconds" -c 2 -j 2 -f "$here/claim_insert.sql" >/dev/null 2>&1 &
-bench=$!
-until [ "$(as_pg psql -X -Atc "SELECT count(*) FROM processed_messages WHERE consumer_name = 'old'")" = 1 ]; do
-	sleep 0.2
-done
-swept=$(date +%s.%N)
-wait $bench
-end=$(date +%s.%N)
-after=$(as_pg psql -X -Atc "SELECT count(*) FROM processed_messages WHERE consumer_name = 'bench'")
-sweep_rate=$(calc "$rows / ($swept - $start)")
-claim_rate=$(calc "($after - $before) / ($end - $start)")
-printf '\nsweep: %d expired rows in %.1f s = %.0f rows/s, while claims inserted %.0f rows/s (ratio %.1f)\n' \
-	"$rows" "$(calc "$swept - $start")" "$sweep_rate" "$claim_rate" "$(calc "$sweep_rate / $claim_rate")"
+python3 "$BENCH_DIR/report.py" "$BENCH_OUT" \
+	"mode=$([ "$BENCH_SMOKE" = 1 ] && echo smoke || echo full)" \
+	"seconds_per_run=$BENCH_SECONDS" "rounds=$BENCH_ROUNDS" "clients=$BENCH_CLIENTS" \
+	"redis_pipeline=$BENCH_REDIS_PIPELINE" "sweep_sizes=$BENCH_SWEEP_SIZES" \
+	"sweep_rounds=$BENCH_SWEEP_ROUNDS" "growth_small=$BENCH_GROWTH_SMALL" \
+	"growth_large=$BENCH_GROWTH_LARGE" "server=$(psql_v 'SELECT version()')" \
+	"redis=$(redis-server --version 2>/dev/null | awk '{ print $3 }')" \
+	"cpus=$(nproc)" "date=$(date -Is)" "elapsed_s=$(($(date +%s) - started))"
+echo
+echo "== results: $BENCH_OUT/results.csv $BENCH_OUT/results.json (every run: $BENCH_OUT/raw.csv)"
+echo "== $(($(date +%s) - started)) s in all"

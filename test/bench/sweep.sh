@@ -1,0 +1,183 @@
+# test/bench/sweep.sh: the retention rows of the benchmark (sourced by
+# test/bench/run.sh, after claims.sh: row 8 compares with its claim rate).
+#
+# Owns: (8) sweep scaling: for each backlog size in BENCH_SWEEP_SIZES, rows/s
+# of dedup_sweep(), of the worker (one sweep: dedup.sweep_max_duration = 0,
+# woken with dedup_sweeper_wake(), timed by the dedup_sweeper view's
+# last_sweep_start/last_sweep_end) and of one plain DELETE ... WHERE
+# processed_at < cutoff on a copy of the same rows; largest/smallest ratios
+# (linear = about 1) and sweep rate / single-claim rate.  (9) single-claim TPS
+# while the worker sweeps a large backlog vs without a sweep.
+#
+# Every backlog is consumer 'old': rows 30 days old and one claim now, so
+# with the default 7-day window all but that one are expired.  Each sweep
+# starts from a freshly loaded, checkpointed backlog and is followed by a
+# VACUUM (autovacuum is off in the benchmark cluster), neither timed.
+
+# backlog TABLE ROWS: load an expired backlog into TABLE
+backlog() {
+	psql_q -c "INSERT INTO $1 (consumer_name, message_id, processed_at)
+		SELECT 'old', g::text, now() - interval '30 days' + g * interval '1 ms'
+		  FROM generate_series(1, $2) g" \
+		-c "INSERT INTO $1 VALUES ('old', 'latest', now())
+		    ON CONFLICT (consumer_name, message_id) DO UPDATE SET processed_at = now()" \
+		-c "VACUUM ANALYZE $1" -c CHECKPOINT
+}
+
+# worker_conf SETTING=VALUE...: change the sweeper's settings and reload
+worker_conf() {
+	local kv sql=()
+	for kv in "$@"; do
+		sql+=(-c "ALTER SYSTEM SET ${kv%%=*} = '${kv#*=}'")
+	done
+	psql_q "${sql[@]}" -c "SELECT pg_reload_conf()" >/dev/null
+	sleep 0.5	# the launcher and sweepers read it at their next loop
+}
+
+# worker_wake: wake the sweeper; prints the server time just before, for worker_wait
+worker_wake() {
+	psql_v "SELECT now()"
+	psql_q -c "SELECT dedup_sweeper_wake()" >/dev/null
+}
+
+# worker_wait SINCE [STATE]: wait until a sweep that started after SINCE is
+# running (STATE = running) or over (default); prints "seconds rows outcome"
+worker_wait() {
+	local since=$1 want=${2:-over} line i
+	for i in $(seq 6000); do
+		line=$(psql_v "SELECT extract(epoch FROM last_sweep_end - last_sweep_start), last_sweep_rows, last_sweep_outcome
+			FROM dedup_sweeper WHERE last_sweep_start >= '$since'::timestamptz")
+		case "$want:${line##*|}" in
+		running:running|running:done|running:partial|over:done|over:partial)
+			echo "$line" | tr '|' ' '
+			return 0 ;;
+		*:failed)
+			echo "sweep failed: $(psql_v 'SELECT last_error FROM dedup_sweeper')" >&2
+			return 1 ;;
+		esac
+		sleep 0.1
+	done
+	echo "no sweep finished within 10 minutes" >&2
+	return 1
+}
+
+# sweep_with_function ROWS / sweep_with_worker ROWS / sweep_with_delete ROWS:
+# load a backlog of ROWS, clear it one way, print rows/s
+sweep_with_function() {
+	backlog processed_messages "$1"
+	local ms
+	ms=$(psql_ms "SELECT dedup_sweep()")
+	check_swept processed_messages
+	psql_q -c "VACUUM processed_messages"
+	rate "$1 / ($ms / 1000)"
+}
+sweep_with_worker() {
+	backlog processed_messages "$1"
+	local since s
+	since=$(worker_wake)
+	read -r -a s <<<"$(worker_wait "$since")"
+	[ "${s[2]}" = done ] || { echo "worker sweep ended '${s[2]}'" >&2; return 1; }
+	check_swept processed_messages
+	psql_q -c "VACUUM processed_messages"
+	rate "${s[1]} / ${s[0]}"
+}
+sweep_with_delete() {
+	backlog sweep_copy "$1"
+	local ms
+	ms=$(psql_ms "DELETE FROM sweep_copy WHERE consumer_name = 'old' AND processed_at < now() - interval '7 days'")
+	check_swept sweep_copy
+	psql_q -c "TRUNCATE sweep_copy"
+	rate "$1 / ($ms / 1000)"
+}
+check_swept() {
+	local left
+	left=$(psql_v "SELECT count(*) FROM $1 WHERE consumer_name = 'old'")
+	[ "$left" = 1 ] || { echo "$1: $left 'old' rows left after the sweep, not 1" >&2; return 1; }
+}
+
+# claims_while_sweeping: one pg_rate of claim_insert.sql while the worker
+# sweeps (it is woken first, and must still be sweeping when the claims end)
+claims_while_sweeping() {
+	local since tps s
+	since=$(worker_wake)
+	worker_wait "$since" running >/dev/null
+	tps=$(pg_rate claim_insert.sql)
+	read -r -a s <<<"$(worker_wait "$since")"
+	echo "${s[1]}" >>"$BENCH_WORK/during.swept"
+	[ "${s[2]}" = partial ] || echo "${s[2]}" >>"$BENCH_WORK/during.ran_out"
+	echo "$tps"
+}
+
+bench_sweep() {
+	local sizes n first last
+	IFS=, read -r -a sizes <<<"$BENCH_SWEEP_SIZES"
+	first=${sizes[0]} last=${sizes[-1]}
+	psql_q -c "CREATE TABLE sweep_copy (LIKE processed_messages INCLUDING ALL)"
+
+	section "8. sweep scaling: backlogs of ${BENCH_SWEEP_SIZES} rows, $BENCH_SWEEP_ROUNDS round(s)"
+	# the worker sweeps when woken only: a long interval, and its first sweep
+	# (the one enabling it starts) over before any backlog is loaded
+	local since
+	since=$(psql_v "SELECT now()")
+	worker_conf dedup.sweep_interval=3600 dedup.sweep_max_duration=0 dedup.sweep_enabled=on
+	worker_wait "$since" >/dev/null
+	local rounds_saved=$BENCH_ROUNDS
+	BENCH_ROUNDS=$BENCH_SWEEP_ROUNDS
+	for n in "${sizes[@]}"; do
+		arm "sweep_fn_$n" sweep_with_function "$n"
+		arm "sweep_worker_$n" sweep_with_worker "$n"
+		arm "sweep_delete_$n" sweep_with_delete "$n"
+		rounds "sweep_fn_$n" "sweep_worker_$n" "sweep_delete_$n"
+	done
+	BENCH_ROUNDS=$rounds_saved
+	for n in "${sizes[@]}"; do
+		result "8 $n" "sweep $n expired rows: dedup_sweep()" rows/s \
+			"plain DELETE" "sweep_delete_$n" "dedup_sweep()" "sweep_fn_$n"
+		result "8 $n" "sweep $n expired rows: worker" rows/s \
+			"plain DELETE" "sweep_delete_$n" "worker" "sweep_worker_$n"
+	done
+	result 8L "linearity: dedup_sweep() rows/s, $last vs $first rows" rows/s \
+		"at $first" "sweep_fn_$first" "at $last" "sweep_fn_$last" "linear = about 1"
+	result 8L "linearity: worker rows/s, $last vs $first rows" rows/s \
+		"at $first" "sweep_worker_$first" "at $last" "sweep_worker_$last" "linear = about 1"
+	result 8L "linearity: plain DELETE rows/s, $last vs $first rows" rows/s \
+		"at $first" "sweep_delete_$first" "at $last" "sweep_delete_$last" "for reference"
+	result 8R "worker sweep rate ($last rows) / single-claim insert rate" "rows/s | tps" \
+		"dedup_claim (row 1)" claim_insert "worker" "sweep_worker_$last" \
+		"rows swept per second / claims inserted per second"
+	result 8R "dedup_sweep() rate ($last rows) / single-claim insert rate" "rows/s | tps" \
+		"dedup_claim (row 1)" claim_insert "dedup_sweep()" "sweep_fn_$last" \
+		"rows swept per second / claims inserted per second"
+	psql_q -c "DROP TABLE sweep_copy"
+}
+
+bench_sweep_during() {
+	local rows=$BENCH_DURING_ROWS rate
+	if [ -z "$rows" ]; then
+		# enough for every round's sweep at 3/4 of the rate the worker swept
+		# alone (it shares the CPUs with the claims now), at most
+		# BENCH_DURING_MAX; the note says if a round ran out anyway
+		rate=$(stats "sweep_worker_${BENCH_SWEEP_SIZES##*,}" | cut -d' ' -f1)
+		rows=$(awk -v r="$rate" -v s="$BENCH_SECONDS" -v n="$BENCH_ROUNDS" -v max="$BENCH_DURING_MAX" \
+			'BEGIN { x = int(r * (s + 1) * n * 0.75); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
+	fi
+	local limit=$((BENCH_SECONDS + 1))
+	[ "$BENCH_SMOKE" = 0 ] || limit=1
+	section "9. claims during a sweep: backlog of $rows rows, each sweep limited to $limit s"
+	backlog processed_messages "$rows"
+	worker_conf dedup.sweep_max_duration="$limit"
+	: >"$BENCH_WORK/during.swept"
+	: >"$BENCH_WORK/during.ran_out"
+	arm claims_no_sweep pg_rate claim_insert.sql
+	arm claims_sweeping claims_while_sweeping
+	rounds claims_no_sweep claims_sweeping
+	local note
+	note="swept $(awk '{ s += $1 } END { print s + 0 }' "$BENCH_WORK/during.swept") rows in all"
+	if [ -s "$BENCH_WORK/during.ran_out" ]; then
+		note="$note; in $(wc -l <"$BENCH_WORK/during.ran_out") round(s) the backlog ran out before the claims ended"
+	fi
+	result 9 "single claim, new keys, during a worker sweep" tps \
+		"no sweep" claims_no_sweep "worker sweeping" claims_sweeping "$note"
+	worker_conf dedup.sweep_enabled=off dedup.sweep_max_duration=0
+	psql_q -c "SELECT dedup_sweep()" -c "VACUUM processed_messages" >/dev/null
+}
