@@ -39,13 +39,16 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(find_python consumer_script run_helper read_json_lines
   spawn_session alive process_tree stop_group start_rabbitmq wait_rabbitmq
   stop_rabbitmq
-  rabbitmqctl start_pgbouncer stop_pgbouncer wait_until);
+  rabbitmqctl start_pgbouncer stop_pgbouncer wait_until require_tools
+  start_consumer stop_consumers check_exactly_once);
 
 my @to_stop;    # [pid, grace] of session leaders to stop at exit
+my @harnesses;  # consumers (IPC::Run harnesses)
 
 END
 {
 	my $status = $?;
+	eval { $_->kill_kill } for @harnesses;
 	stop_group(@$_) for reverse grep { $_->[0] && alive($_->[0]) } @to_stop;
 	$? = $status;
 }
@@ -61,6 +64,109 @@ sub find_python
 		  if system("$candidate -c 'import $imports' >/dev/null 2>&1") == 0;
 	}
 	return undef;
+}
+
+# require_tools(modules => [...], programs => [...]): a python3 with the
+# modules, or stop.  On Debian, where test/setup.sh installs them all, a
+# missing one is a failure (BAIL_OUT); elsewhere the test is skipped.
+sub require_tools
+{
+	my %opt = @_;
+	my $python = find_python(@{ $opt{modules} // [] });
+	my @missing = grep { !-x $_ } @{ $opt{programs} // [] };
+	push @missing, 'python3 with ' . join(', ', @{ $opt{modules} })
+	  unless defined $python;
+	return $python unless @missing;
+	my $why = 'missing: ' . join('; ', @missing);
+	Test::More::BAIL_OUT("$why (sudo test/setup.sh installs them)")
+	  if -e '/etc/debian_version' && -x '/usr/bin/apt-get';
+	Test::More::plan(skip_all => "$why, and this is not Debian");
+}
+
+# start_consumer($python, $log, @args): test/rabbitmq_consumer.py in the
+# background, stdout (its JSON lines) to $log, stderr to $log.err; killed
+# at exit if still running
+sub start_consumer
+{
+	my ($python, $log, @args) = @_;
+	my $h = IPC::Run::start([ $python, consumer_script(), @args ],
+		'<', \undef, '>', $log, '2>', "$log.err");
+	push @harnesses, $h;
+	return $h;
+}
+
+# stop_consumers(@harnesses): wait for them (after their stop file was
+# written); returns the workers' exit codes (-1: did not finish)
+sub stop_consumers
+{
+	my @codes;
+	for my $h (@_)
+	{
+		my $ok = eval { $h->finish; 1 };
+		push @codes, $ok ? $h->result(0) : -1;
+		@harnesses = grep { $_ != $h } @harnesses;
+	}
+	return @codes;
+}
+
+# check_exactly_once(node => $node, db => DB, like => 'a-%', messages =>
+# [{message_id, account, amount}], times => {id => n}, balances => {id =>
+# sum}, records => SCHEMA.processed_messages, label => '...'): Test::More
+# assertions that each message whose id is LIKE the pattern was applied
+# exactly once (or times->{id} times), that none is missing or unexpected,
+# that the claims stored are exactly those messages, each with its work, and
+# that the account balances are the given sums
+sub check_exactly_once
+{
+	my %o = @_;
+	my ($node, $db, $like, $label) = @o{qw(node db like label)};
+	my $records = $o{records} // 'processed_messages';
+	my %want = map { $_->{message_id} => (($o{times} // {})->{ $_->{message_id} } // 1) }
+	  @{ $o{messages} };
+	my $rows = 0;
+	$rows += $_ for values %want;
+	my $n = keys %want;
+	my %got;
+	for my $line (split /\n/,
+		$node->safe_psql($db,
+			"SELECT message_id, count(*) FROM applied WHERE message_id LIKE '$like' GROUP BY 1"))
+	{
+		my ($id, $c) = split /\|/, $line;
+		$got{$id} = $c;
+	}
+	my @wrong = grep { ($got{$_} // 0) != ($want{$_} // 0) }
+	  sort(keys %{ { %want, %got } });
+	my $total = 0;
+	$total += $_ for values %got;
+	Test::More::is($total, $rows, "$label: $rows applications of $n messages");
+	Test::More::is(scalar(@wrong), 0,
+		"$label: each message applied exactly as often as expected, none lost, none extra")
+	  or Test::More::diag(join(', ',
+		map { "$_ applied " . ($got{$_} // 0) . ' times, want ' . ($want{$_} // 0) }
+		  @wrong[ 0 .. ($#wrong < 9 ? $#wrong : 9) ]));
+	Test::More::is(
+		$node->safe_psql($db,
+			"SELECT count(*), count(DISTINCT message_id) FROM $records WHERE consumer_name = 'ledger' AND message_id LIKE '$like'"),
+		"$n|$n",
+		"$label: $records holds exactly $n claims");
+	Test::More::is(
+		$node->safe_psql($db, qq{
+SELECT count(*)
+  FROM (SELECT message_id FROM $records WHERE consumer_name = 'ledger' AND message_id LIKE '$like') p
+  FULL JOIN (SELECT DISTINCT message_id FROM applied WHERE message_id LIKE '$like') a USING (message_id)
+ WHERE p.message_id IS NULL OR a.message_id IS NULL}),
+		'0',
+		"$label: a claim for each applied message, no claim without its work")
+	  unless $o{times};
+	if ($o{balances})
+	{
+		my $want_b = $o{balances};
+		Test::More::is(
+			$node->safe_psql($db,
+				q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts WHERE balance <> 0}),
+			join(',', map { "$_=$want_b->{$_}" } grep { $want_b->{$_} } sort { $a <=> $b } keys %$want_b),
+			"$label: balances are the sums of the messages applied");
+	}
 }
 
 sub consumer_script
