@@ -128,10 +128,20 @@ class Database:
             self.kw["user"] = user
         self.conn = None
         self.connects = 0
-        # what a terminated backend, a restarting server or a closed
-        # pgbouncer client raise
         self.connection_errors = (self.module.OperationalError,
                                   self.module.InterfaceError)
+
+    def lost(self, error):
+        """Whether error means the connection is gone (a terminated backend,
+        a restarting server, a pgbouncer that closed us): an error without
+        an SQLSTATE from the server (psycopg2 raises a plain DatabaseError
+        for "server closed the connection unexpectedly"), or of class 08
+        (connection exception) or 57 (operator intervention: 57P01
+        terminated, 57P02 crash of another backend, 57P03 starting up)."""
+        code = getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
+        return (isinstance(error, self.connection_errors) or code is None
+                or code[:2] in ("08", "57")
+                or self.conn is None or bool(self.conn.closed))
 
     def connect(self, timeout=RECONNECT_TIMEOUT):
         deadline = time.monotonic() + timeout
@@ -340,11 +350,14 @@ def consume(port, queue, pghost, pgport, dbname, worker, behaviour, control,
                     rec["reconnected"] = db.connects
                 first = transaction(rec, event, method, attempt)
                 break
-            except db.connection_errors as e:
-                if opt.on_db_error == "fail":
+            except db.module.Error as e:
+                if not db.lost(e):
                     raise
                 state["db_errors"] += 1
                 rec["error"] = type(e).__name__
+                if opt.on_db_error == "fail":
+                    emit(action="db-error-exit", **rec)
+                    raise
                 db.close()
                 if opt.on_db_error == "retry":
                     emit(action="db-error-retry", **rec)
