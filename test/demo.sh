@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test/demo.sh: set everything up on a fresh Debian 12 machine and show dedup
-# doing its job on a throwaway cluster, which is removed afterwards.
+# doing its job on a throwaway cluster, which is removed afterwards: a few
+# claims by hand, then a private RabbitMQ node with consumers that crash
+# (test/demo_broker.pl), ending with a one-line summary.
 #
 #   sudo test/demo.sh
 set -euo pipefail
@@ -55,3 +57,11 @@ END $$;
 SELECT database_state, last_sweep_outcome, total_rows_deleted FROM dedup_sweeper;
 SELECT message_id FROM processed_messages;
 SQL
+
+# the broker: run from a copy the cluster's owner can read
+demo=$CLUSTER_DIR/demo
+mkdir -p "$demo/perl"
+cp "$top/test/demo_broker.pl" "$top/test/rabbitmq_consumer.py" "$demo/"
+cp "$top/test/perl/DedupTest.pm" "$demo/perl/"
+[ "$(id -u)" -eq 0 ] && chown -R postgres: "$demo"
+as_pg perl "$demo/demo_broker.pl"

@@ -11,6 +11,7 @@ packages=(
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" postgresql-contrib
 	build-essential libipc-run-perl python3-psycopg2 rsync
 	prometheus-postgres-exporter prometheus rabbitmq-server python3-pika
+	pgbouncer python3-psycopg
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -37,11 +37,9 @@
 use strict;
 use warnings;
 
-use Cwd qw(abs_path);
 use File::Path qw(make_path);
 use IPC::Run;
 use JSON::PP;
-use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -51,19 +49,7 @@ use lib "$FindBin::Bin/../perl";
 use DedupTest;
 use Time::HiRes qw(time usleep);
 
-my $rabbitmq_server = $ENV{RABBITMQ_SERVER}
-  // '/usr/lib/rabbitmq/bin/rabbitmq-server';
-my $rabbitmqctl = $ENV{RABBITMQCTL} // '/usr/lib/rabbitmq/bin/rabbitmqctl';
-my $epmd = $ENV{EPMD} // '/usr/bin/epmd';
-my $script = abs_path('test/rabbitmq_consumer.py');
-
-die "test/rabbitmq_consumer.py not found: run me from the source directory\n"
-  unless defined $script && -r $script;
-for ($rabbitmq_server, $rabbitmqctl, $epmd)
-{
-	-x $_
-	  or BAIL_OUT("$_ is not installed (test/setup.sh installs rabbitmq-server)");
-}
+die "test/rabbitmq_consumer.py not found\n" unless -r consumer_script();
 
 # a Python 3 with pika and psycopg2 (test/setup.sh installs python3-pika and
 # python3-psycopg2)
@@ -76,11 +62,10 @@ my $queue = 'payments';
 my $consumer = 'ledger';    # the dedup consumer name of every worker
 
 # ---------------------------------------------------------------------------
-# processes: the broker and epmd run in their own sessions (process groups)
-# and are stopped whatever happens; consumer harnesses are killed
+# processes: the broker and its epmd run in their own sessions and are
+# stopped whatever happens (DedupTest); consumer harnesses are killed
 # ---------------------------------------------------------------------------
 
-my ($rabbit_pid, $epmd_pid);
 my @harnesses;
 
 END
@@ -90,173 +75,21 @@ END
 	{
 		eval { $h->kill_kill };
 	}
-	stop_group($rabbit_pid, 30) if $rabbit_pid;
-	stop_group($epmd_pid, 10) if $epmd_pid;
 	$? = $status;
 }
-# exit (not die, which an eval could catch) so that END stops the broker
-$SIG{$_} = sub { print STDERR "killed by SIG$_[0]\n"; exit(1) }
-  for qw(INT TERM HUP);
 
-# fork and exec @cmd in a new session with %$env added, output to $log
-sub spawn_session
-{
-	my ($log, $env, @cmd) = @_;
-	my $pid = fork() // die "fork: $!";
-	if ($pid == 0)
-	{
-		POSIX::setsid();
-		open(STDIN, '<', '/dev/null');
-		open(STDOUT, '>>', $log);
-		open(STDERR, '>&', \*STDOUT);
-		@ENV{ keys %$env } = values %$env;
-		exec(@cmd) or print STDERR "exec $cmd[0]: $!\n";
-		POSIX::_exit(127);
-	}
-	return $pid;
-}
-
-sub alive
-{
-	my ($pid) = @_;
-	open(my $fh, '<', "/proc/$pid/stat") or return 0;
-	my $stat = <$fh> // '';
-	close($fh);
-	return $stat !~ /\)\s+Z\s/;    # a zombie is gone for our purposes
-}
-
-# $pid and all its descendants, from /proc
-sub process_tree
-{
-	my ($root) = @_;
-	my %children;
-	for my $stat (glob('/proc/[0-9]*/stat'))
-	{
-		open(my $fh, '<', $stat) or next;
-		my $line = <$fh> // next;
-		close($fh);
-		my ($pid, $ppid) = $line =~ /^(\d+) .*\) \S+ (\d+) /s or next;
-		push @{ $children{$ppid} }, $pid;
-	}
-	my @tree = ($root);
-	for (my $i = 0; $i < @tree; $i++)
-	{
-		push @tree, @{ $children{ $tree[$i] } // [] };
-	}
-	return @tree;
-}
-
-# SIGTERM the session leader $pid, wait up to $grace seconds, then SIGKILL
-# its process group; returns the wait status, or undef if it had to be killed
-sub stop_group
-{
-	my ($pid, $grace) = @_;
-	kill('TERM', $pid);
-	my $deadline = time() + $grace;
-	while (time() < $deadline)
-	{
-		return $? if waitpid($pid, WNOHANG) == $pid;
-		usleep(50_000);
-	}
-	kill('KILL', -$pid);
-	waitpid($pid, 0);
-	return undef;
-}
-
-# run the helper script in the foreground; returns (exit code, stdout, stderr)
-sub helper
-{
-	my @args = @_;
-	my ($out, $err) = ('', '');
-	my $ok = eval {
-		IPC::Run::run([ $python, $script, @args ],
-			'<', \undef, '>', \$out, '2>', \$err,
-			IPC::Run::timeout($timeout));
-		1;
-	};
-	return (-1, $out, $err . ($@ // '')) unless $ok;
-	return ($? >> 8, $out, $err);
-}
-
-sub read_json_lines
-{
-	my ($file) = @_;
-	return () unless -e $file;
-	my @records;
-	for my $line (split /\n/, slurp_file($file))
-	{
-		next unless $line =~ /^\{/;
-		my $r = eval { decode_json($line) };
-		push @records, $r if $r;
-	}
-	return @records;
-}
+sub helper { return run_helper($python, $timeout, @_); }
 
 # ---------------------------------------------------------------------------
 # a private RabbitMQ node
 # ---------------------------------------------------------------------------
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;
-my $rmq = "$tmp/rabbitmq";
-make_path("$rmq/home", "$rmq/mnesia", "$rmq/log");
-
-my $amqp_port = PostgreSQL::Test::Cluster::get_free_port();
-my $dist_port = PostgreSQL::Test::Cluster::get_free_port();
-my $epmd_port = PostgreSQL::Test::Cluster::get_free_port();
-my $ctl_port = PostgreSQL::Test::Cluster::get_free_port();
-my $nodename = "dedup-test-$$\@localhost";
-
-append_to_file("$rmq/enabled_plugins", '');    # no plugins (no management)
-append_to_file("$rmq/rabbitmq-env.conf", '');  # not /etc/rabbitmq's
-append_to_file(
-	"$rmq/rabbitmq.conf", <<"CONF");
-listeners.tcp.1 = 127.0.0.1:$amqp_port
-loopback_users = none
-disk_free_limit.absolute = 1MB
-vm_memory_high_watermark.absolute = 1GB
-collect_statistics = none
-log.console = false
-log.file.level = info
-CONF
-
-my %rabbit_env = (
-	HOME => "$rmq/home",    # the Erlang cookie
-	RABBITMQ_MNESIA_BASE => "$rmq/mnesia",
-	RABBITMQ_LOG_BASE => "$rmq/log",
-	RABBITMQ_NODENAME => $nodename,
-	RABBITMQ_NODE_IP_ADDRESS => '127.0.0.1',
-	RABBITMQ_NODE_PORT => $amqp_port,
-	RABBITMQ_DIST_PORT => $dist_port,
-	RABBITMQ_CONFIG_FILE => "$rmq/rabbitmq.conf",
-	RABBITMQ_ADVANCED_CONFIG_FILE => "$rmq/advanced.config",    # none
-	RABBITMQ_ENABLED_PLUGINS_FILE => "$rmq/enabled_plugins",
-	RABBITMQ_CONF_ENV_FILE => "$rmq/rabbitmq-env.conf",
-	RABBITMQ_CTL_DIST_PORT_MIN => $ctl_port,
-	RABBITMQ_CTL_DIST_PORT_MAX => $ctl_port,
-	ERL_EPMD_PORT => $epmd_port,
-);
-
-# Our own epmd on its own port, in the foreground (a child we can stop):
-# the node registers with it instead of starting a daemon that would
-# outlive the test.
-$epmd_pid = spawn_session("$rmq/log/epmd.log", {},
-	$epmd, '-port', $epmd_port, '-address', '127.0.0.1');
-my $epmd_up = 0;
-for (my $deadline = time() + $timeout; time() < $deadline; usleep(100_000))
-{
-	last unless alive($epmd_pid);
-	if (system("$epmd -port $epmd_port -names >/dev/null 2>&1") == 0)
-	{
-		$epmd_up = 1;
-		last;
-	}
-}
-ok($epmd_up && alive($epmd_pid), "epmd listens on port $epmd_port")
-  or BAIL_OUT('epmd did not start: ' . slurp_file("$rmq/log/epmd.log"));
-
-$rabbit_pid =
-  spawn_session("$rmq/log/stdout.log", \%rabbit_env, $rabbitmq_server);
-note("rabbitmq-server pid $rabbit_pid, node $nodename, AMQP port $amqp_port");
+my $rmq = start_rabbitmq(dir => "$tmp/rabbitmq", python => $python,
+	timeout => $timeout, nowait => 1);
+BAIL_OUT($rmq->{error}) if $rmq->{error};
+note("rabbitmq-server pid $rmq->{pid}, node $rmq->{nodename}, AMQP port $rmq->{amqp_port}");
+my $amqp_port = $rmq->{amqp_port};
 
 # the database while the broker boots
 my $node = PostgreSQL::Test::Cluster->new('rabbit');
@@ -273,27 +106,12 @@ INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
 -- one row per application of a message, written in the claim's transaction;
 -- deliberately no unique key: a message applied twice is two rows, not an error
 CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
-                      redelivered boolean NOT NULL);
+                      redelivered boolean NOT NULL, attempt text NOT NULL);
 });
 
-my $started = time();
-my $ready = 0;
-while (time() < $started + $timeout)
-{
-	last unless alive($rabbit_pid);
-	my ($rc) = helper('wait-ready', $amqp_port, 2);
-	if ($rc == 0)
-	{
-		$ready = 1;
-		last;
-	}
-}
-if (!ok($ready, 'RabbitMQ accepts AMQP connections'))
-{
-	diag(slurp_file("$rmq/log/stdout.log"));
-	BAIL_OUT("RabbitMQ did not start: see $rmq/log");
-}
-note(sprintf('RabbitMQ ready after %.1f s', time() - $started));
+ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
+  or BAIL_OUT($rmq->{error});
+note(sprintf('RabbitMQ ready after %.1f s', $rmq->{seconds}));
 
 # ---------------------------------------------------------------------------
 # the producer: 200 messages, 10 of them published twice
@@ -338,7 +156,7 @@ sub consumer_cmd
 	my ($worker, $behaviour, $control) = @_;
 	$logs{$worker} = "$tmp/$worker.log";
 	return [
-		$python, $script, 'consume', $amqp_port, $queue, $node->host,
+		$python, consumer_script(), 'consume', $amqp_port, $queue, $node->host,
 		$node->port, $db, $worker, $behaviour, $control
 	];
 }
@@ -426,18 +244,9 @@ ok( wait_for(
 is($depth->{consumers}, 3, 'the three consumers were still attached');
 
 {
-	local @ENV{ keys %rabbit_env } = values %rabbit_env;
-	my ($out, $err) = ('', '');
-	eval {
-		IPC::Run::run(
-			[
-				$rabbitmqctl, '--quiet', '--no-table-headers', 'list_queues',
-				'name', 'messages_ready', 'messages_unacknowledged', 'consumers'
-			],
-			'<', \undef, '>', \$out, '2>', \$err,
-			IPC::Run::timeout($timeout));
-	};
-	$err .= $@ // '';
+	my ($out, $err) = rabbitmqctl($rmq, '--quiet', '--no-table-headers',
+		'list_queues', 'name', 'messages_ready', 'messages_unacknowledged',
+		'consumers');
 	like($out, qr/^\Q$queue\E\s+0\s+0\s+3\s*$/m,
 		'rabbitmqctl: 0 ready, 0 unacknowledged, 3 consumers')
 	  or diag("rabbitmqctl: $out $err");
@@ -664,29 +473,14 @@ note("dedup_stats.lock_waits = $stat_lock_waits (concurrent copies of one messag
 # stop the broker and its epmd; nothing of them survives
 # ---------------------------------------------------------------------------
 
-my @broker = process_tree($rabbit_pid);
-note("broker processes: @broker");
-my $status = stop_group($rabbit_pid, 30);
-$rabbit_pid = undef;
-is($status, 0, 'RabbitMQ stopped cleanly on SIGTERM');
-ok( wait_for('the broker processes to exit', sub { !grep { alive($_) } @broker }),
+my $stopped = stop_rabbitmq($rmq);
+is($stopped->{status}, 0, 'RabbitMQ stopped cleanly on SIGTERM');
+is(scalar(@{ $stopped->{leftovers} }), 0,
 	'no broker process left (beam, erl_child_setup, helpers)')
-  or diag(`ps -o pid,ppid,pgid,cmd -p @{[join ',', @broker]}`);
-$status = stop_group($epmd_pid, 10);
-$epmd_pid = undef;
-ok(defined $status, 'epmd stopped on SIGTERM');
-# anything started for this node: its command line or environment says so
-# (an "epmd -daemon" the node might have spawned would only have the latter)
-my @strays = grep {
-	my ($pid) = m{^/proc/(\d+)$};
-	my $cmdline = eval { slurp_file("$_/cmdline") } // '';
-	my $environ = eval { slurp_file("$_/environ") } // '';
-	alive($pid)
-	  && ("$cmdline\x00$environ" =~
-		/\Q$nodename\E|-port\x00$epmd_port\x00|(?:^|\x00)ERL_EPMD_PORT=$epmd_port\x00/);
-} glob('/proc/[0-9]*');
-is(scalar(@strays), 0, 'no process of this node or its epmd anywhere')
-  or diag(`ps -o pid,ppid,cmd -p @{[join ',', map { m{(\d+)$} } @strays]}`);
+  or diag(`ps -o pid,ppid,pgid,cmd -p @{[join ',', @{ $stopped->{leftovers} }]}`);
+ok(defined $stopped->{epmd_status}, 'epmd stopped on SIGTERM');
+is(scalar(@{ $stopped->{strays} }), 0, 'no process of this node or its epmd anywhere')
+  or diag(`ps -o pid,ppid,cmd -p @{[join ',', @{ $stopped->{strays} }]}`);
 
 $node->stop;
 done_testing();

@@ -1,0 +1,329 @@
+#
+# 040_pgbouncer.pl: RabbitMQ consumers claiming through pgbouncer in
+# transaction pooling mode.
+#
+# Real parts: a private RabbitMQ node, Debian's pgbouncer (1.18) with
+# pool_mode = transaction and a pool of 2 server connections, the consumers
+# of 014 (test/rabbitmq_consumer.py, pika) on psycopg 3 (prepare_threshold =
+# None, which pgbouncer < 1.21 needs) and on psycopg2, all as role "app",
+# calling dedup.dedup_claim schema-qualified (the extension lives in schema
+# "dedup", as the README recommends behind a pooler).  Every application of
+# a message records, by column defaults evaluated in its transaction, the
+# server backend (pg_backend_pid()), the search_path it ran with and what an
+# unqualified dedup_claim(text, text) would have resolved to.
+#
+# Phase A, server_reset_query_always = 0: another client of the same pool
+# (same database and role) sets a session search_path = hostile over and
+# over; schema "hostile" has a dedup_claim that always says true and
+# look-alike accounts, applied and processed_messages tables.  The
+# consumers fail like 014's: one commits 5 messages and dies before acking,
+# one dies inside a transaction (pgbouncer must not hand that transaction to
+# anybody), one nacks committed messages, two run steadily, all at once.
+# Asserted: every message applied exactly once (150 messages, 5 published
+# twice), balances, claims = messages; the duplicates are exactly the extra
+# copies + the committed-unacked + the nacked deliveries; each concurrent
+# consumer's transactions ran on more than one server backend, and all of
+# them on at most 2 (the pool); the hostile search_path did reach the
+# consumers' server connections (rows show it, and that an unqualified call
+# would have gone to hostile.dedup_claim), yet nothing was misdirected:
+# hostile.* stayed empty and its function was never called.
+#
+# Phase B, server_reset_query_always = 1 (DISCARD ALL after every
+# transaction): the same noise, two consumers; every message applied once,
+# and no consumer transaction, nor the noisy client itself, ever ran with
+# the hostile search_path.
+#
+use strict;
+use warnings;
+
+use File::Path qw(make_path);
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupTest;
+
+my $python = require_tools(
+	modules => [ 'pika', 'psycopg2', 'psycopg' ],
+	programs => [ '/usr/sbin/pgbouncer', '/usr/lib/rabbitmq/bin/rabbitmq-server' ]);
+my $timeout = 60;
+my $tmp = PostgreSQL::Test::Utils::tempdir;
+
+my $rmq = start_rabbitmq(dir => "$tmp/rabbitmq", python => $python,
+	timeout => $timeout, nowait => 1);
+BAIL_OUT($rmq->{error}) if $rmq->{error};
+
+my $node = PostgreSQL::Test::Cluster->new('bouncer');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'\nmax_connections = 40");
+$node->start;
+my $db = 'bank';
+$node->safe_psql('postgres', "CREATE DATABASE $db");
+$node->safe_psql(
+	$db, q{
+CREATE SCHEMA dedup;
+CREATE EXTENSION dedup SCHEMA dedup;
+CREATE ROLE app LOGIN;
+GRANT USAGE ON SCHEMA dedup TO app;
+GRANT EXECUTE ON FUNCTION dedup.dedup_claim(text, text) TO app;
+CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
+INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
+-- one row per application; no unique key: applied twice is two rows
+CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
+  redelivered boolean NOT NULL, attempt text NOT NULL,
+  backend int NOT NULL DEFAULT pg_backend_pid(),
+  search_path text NOT NULL DEFAULT current_setting('search_path'),
+  unqualified oid DEFAULT to_regprocedure('dedup_claim(text, text)'));
+GRANT SELECT, UPDATE ON accounts TO app;
+GRANT INSERT ON applied TO app;
+-- what a hostile search_path would find first
+CREATE SCHEMA hostile;
+CREATE TABLE hostile.calls (message_id text);
+CREATE TABLE hostile.accounts (LIKE public.accounts);
+INSERT INTO hostile.accounts SELECT g, 0 FROM generate_series(1, 5) g;
+CREATE TABLE hostile.applied (LIKE public.applied);
+CREATE TABLE hostile.processed_messages (consumer_name text, message_id text);
+CREATE FUNCTION hostile.dedup_claim(c text, m text) RETURNS boolean
+  LANGUAGE sql AS $$ INSERT INTO hostile.calls VALUES (m) RETURNING true $$;
+GRANT USAGE ON SCHEMA hostile TO app;
+GRANT ALL ON ALL TABLES IN SCHEMA hostile TO app;
+});
+my $default_path = $node->safe_psql($db, q{SHOW search_path});
+
+ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
+  or BAIL_OUT($rmq->{error});
+
+sub pgbouncer
+{
+	my ($name, $reset_always) = @_;
+	my $b = start_pgbouncer(
+		dir => "$tmp/$name",
+		host => $node->host,
+		port => $node->port,
+		dbname => $db,
+		users => [ 'postgres', 'app' ],
+		settings => {
+			default_pool_size => 2,
+			server_round_robin => 1,
+			server_reset_query => 'DISCARD ALL',
+			server_reset_query_always => $reset_always,
+			max_client_conn => 100,
+		});
+	ok($b->{ready}, "$name: pgbouncer (server_reset_query_always = $reset_always) listens on port $b->{port}")
+	  or BAIL_OUT($b->{error});
+	return $b;
+}
+
+my (%balance, %logs);
+
+sub publish
+{
+	my ($queue, $prefix, $n, $twice_every) = @_;
+	my (@messages, @copies);
+	for my $i (1 .. $n)
+	{
+		my $m = {
+			message_id => sprintf('%s-%04d', $prefix, $i),
+			account => 1 + $i % 5,
+			amount => 1 + ($i * 37) % 100
+		};
+		push @messages, $m;
+		push @copies, $m;
+		push @copies, $m if $twice_every && $i % $twice_every == 0;   # producer retry
+		$balance{ $m->{account} } += $m->{amount};
+	}
+	my $file = "$tmp/$queue.json";
+	open(my $fh, '>', $file) or die;
+	print $fh encode_json(\@copies);
+	close($fh);
+	my ($rc, $out, $err) =
+	  run_helper($python, $timeout, 'produce', $rmq->{amqp_port}, $queue, $file);
+	is(eval { decode_json($out)->{published} }, scalar(@copies),
+		"$queue: " . scalar(@copies) . " copies of $n messages published and confirmed")
+	  or diag($err);
+	return (\@messages, \@copies);
+}
+
+sub consumer
+{
+	my ($bouncer, $queue, $worker, $behaviour, $driver, $control) = @_;
+	$logs{$worker} = "$tmp/$worker.log";
+	return start_consumer(
+		$python, $logs{$worker}, 'consume', $rmq->{amqp_port}, $queue,
+		'127.0.0.1', $bouncer->{port}, $db, $worker, $behaviour, $control,
+		'--driver', $driver, '--user', 'app', '--qualify', 'dedup',
+		'--work-ms', 2);
+}
+
+sub noise
+{
+	my ($bouncer, $worker, $control) = @_;
+	$logs{$worker} = "$tmp/$worker.log";
+	return start_consumer($python, $logs{$worker}, 'pool-noise', '127.0.0.1',
+		$bouncer->{port}, $db, $worker, $control, '--user', 'app');
+}
+
+sub deliveries
+{
+	return grep { ($_->{event} // '') eq 'delivery' }
+	  map { read_json_lines($logs{$_}) } @_;
+}
+
+sub ready
+{
+	my ($worker) = @_;
+	return grep { ($_->{event} // '') eq 'ready' } read_json_lines($logs{$worker});
+}
+
+sub drained
+{
+	my ($queue, $copies, @workers) = @_;
+	return wait_until(
+		$timeout,
+		sub {
+			my $acks = grep { $_->{action} eq 'ack' } deliveries(@workers);
+			return 0 if $acks < $copies;
+			my ($rc, $out) =
+			  run_helper($python, $timeout, 'depth', $rmq->{amqp_port}, $queue);
+			my $d = eval { decode_json($out) };
+			return $rc == 0 && $d && $d->{messages} == 0;
+		});
+}
+
+sub finish_noise
+{
+	my ($h, $worker) = @_;
+	my ($code) = stop_consumers($h);
+	is($code, 0, "$worker stopped cleanly") or diag(`cat $logs{$worker}.err`);
+	my ($r) = read_json_lines($logs{$worker});
+	return $r // {};
+}
+
+sub sql { return $node->safe_psql($db, $_[0]); }
+
+# ---------------------------------------------------------------------------
+# phase A: a pool that keeps session settings (server_reset_query_always = 0)
+# ---------------------------------------------------------------------------
+
+my $pa = pgbouncer('pgbouncer-a', 0);
+my ($msgs_a, $copies_a) = publish('payments-a', 'a', 150, 30);
+my $ctl_a = "$tmp/control-a";
+make_path($ctl_a);
+append_to_file("$ctl_a/go", '');
+my $noise_a = noise($pa, 'noise-a', $ctl_a);
+ok(wait_until($timeout, sub { sql(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT current_setting%'}) > 0 }),
+	'phase A: the noisy client runs through the pool');
+
+for my $crash ([ 'crash-after-commit', 'die-after-commit', 'psycopg3', 3 ],
+	[ 'crash-before-commit', 'die-before-commit', 'psycopg2', 4 ])
+{
+	my ($worker, $behaviour, $driver, $code) = @$crash;
+	my ($exit) = stop_consumers(consumer($pa, 'payments-a', $worker, $behaviour, $driver, $ctl_a));
+	is($exit, $code, "phase A: $worker ($driver) died as planned (exit code $code)")
+	  or diag(`cat $logs{$worker}.err`);
+}
+
+my $ctl_c = "$tmp/control-a-concurrent";
+make_path($ctl_c);
+my @concurrent = ([ 'nacker', 'nack', 'psycopg3' ],
+	[ 'steady-1', 'steady', 'psycopg2' ], [ 'steady-2', 'steady', 'psycopg3' ]);
+my @h = map { consumer($pa, 'payments-a', $_->[0], $_->[1], $_->[2], $ctl_c) } @concurrent;
+ok(wait_until($timeout, sub { 3 == grep { ready($_->[0]) } @concurrent }),
+	'phase A: three concurrent consumers connected through pgbouncer');
+append_to_file("$ctl_c/go", '');
+my @workers_a = ('crash-after-commit', 'crash-before-commit', map { $_->[0] } @concurrent);
+ok(drained('payments-a', scalar(@$copies_a), @workers_a),
+	'phase A: queue drained, every copy acked');
+append_to_file("$ctl_c/stop", '');
+append_to_file("$ctl_a/stop", '');
+is(join(',', stop_consumers(@h)), '0,0,0', 'phase A: concurrent consumers stopped cleanly');
+my $noise_res = finish_noise($noise_a, 'noise-a');
+cmp_ok($noise_res->{sets} // 0, '>', 0, "phase A: the noisy client set search_path = hostile $noise_res->{sets} times");
+
+my @d = deliveries(@workers_a);
+my $acks = grep { $_->{action} eq 'ack' } @d;
+is($acks, scalar(@$copies_a), 'phase A: each copy acked exactly once');
+my $false = grep { !$_->{claim} && exists $_->{claim} } @d;
+my $unacked = grep { $_->{action} eq 'commit-no-ack' } @d;
+my $nacked = grep { $_->{action} eq 'nack' } @d;
+my $died = grep { $_->{action} eq 'die-before-commit' } @d;
+is($unacked, 5, 'phase A: 5 committed and never acked (crash-after-commit)');
+is($died, 1, 'phase A: 1 claimed and died before its commit (crash-before-commit)');
+cmp_ok($nacked, '>=', 1, "phase A: $nacked committed and nacked");
+is($false, @$copies_a - @$msgs_a + $unacked + $nacked,
+	"phase A: duplicates suppressed ($false) = producer retries (5) + committed-unacked (5) + nacked ($nacked)");
+check_exactly_once(node => $node, db => $db, like => 'a-%', messages => $msgs_a,
+	records => 'dedup.processed_messages', balances => \%balance,
+	label => 'phase A');
+
+# pooling: transactions of one client on several server connections, all on
+# the pool's two
+for my $w (map { $_->[0] } @concurrent)
+{
+	my ($distinct, $switches) = split /\|/, sql(qq{
+SELECT count(DISTINCT backend),
+       count(*) FILTER (WHERE backend <> prev)
+  FROM (SELECT backend, lag(backend) OVER (ORDER BY split_part(split_part(attempt, ':', 2), '.', 1)::int) AS prev
+          FROM applied WHERE worker = '$w' AND message_id LIKE 'a-%') s});
+	cmp_ok($distinct, '>', 1,
+		"phase A: $w\'s transactions ran on $distinct server backends ($switches switches between successive ones)");
+}
+my $all = sql(q{SELECT count(DISTINCT backend) FROM applied WHERE worker IN ('nacker', 'steady-1', 'steady-2')});
+cmp_ok($all, '<=', 2, "phase A: three consumers and the noisy client shared $all server connections (pool size 2)");
+
+# the hostile search_path reached the consumers, and misdirected nothing
+my ($leaked, $would) = split /\|/, sql(q{
+SELECT count(*) FILTER (WHERE search_path = 'hostile'),
+       count(*) FILTER (WHERE unqualified = 'hostile.dedup_claim(text, text)'::regprocedure)
+  FROM applied WHERE message_id LIKE 'a-%'});
+cmp_ok($leaked, '>', 0,
+	"phase A: $leaked applications ran on a server connection left with search_path = hostile by another client");
+is($would, $leaked, 'phase A: ... where an unqualified dedup_claim would have been hostile.dedup_claim');
+is(sql(q{SELECT (SELECT count(*) FROM hostile.calls) + (SELECT count(*) FROM hostile.applied)
+  + (SELECT count(*) FROM hostile.processed_messages) + (SELECT sum(balance) FROM hostile.accounts)}),
+	'0', 'phase A: nothing misdirected: hostile.dedup_claim never called, hostile tables untouched');
+my $stats = sql(q{SELECT claims, duplicates FROM dedup.dedup_stats WHERE consumer = 'ledger'});
+is($stats, (@$msgs_a + $died) . "|$false",
+	'phase A: dedup_stats: claims = 150 + 1 rolled back, duplicates = those the consumers saw');
+ok(defined stop_pgbouncer($pa), 'phase A: pgbouncer stopped on SIGTERM');
+
+# ---------------------------------------------------------------------------
+# phase B: server_reset_query_always = 1
+# ---------------------------------------------------------------------------
+
+my $pb = pgbouncer('pgbouncer-b', 1);
+my ($msgs_b, $copies_b) = publish('payments-b', 'b', 100, 0);
+my $ctl_b = "$tmp/control-b";
+make_path($ctl_b);
+my $noise_b = noise($pb, 'noise-b', $ctl_b);
+my @hb = (consumer($pb, 'payments-b', 'reset-1', 'steady', 'psycopg3', $ctl_b),
+	consumer($pb, 'payments-b', 'reset-2', 'steady', 'psycopg2', $ctl_b));
+ok(wait_until($timeout, sub { 2 == grep { ready($_) } 'reset-1', 'reset-2' }),
+	'phase B: two consumers connected');
+append_to_file("$ctl_b/go", '');
+ok(drained('payments-b', scalar(@$copies_b), 'reset-1', 'reset-2'),
+	'phase B: queue drained');
+append_to_file("$ctl_b/stop", '');
+is(join(',', stop_consumers(@hb)), '0,0', 'phase B: consumers stopped cleanly');
+$noise_res = finish_noise($noise_b, 'noise-b');
+cmp_ok($noise_res->{sets} // 0, '>', 0, "phase B: the noisy client set search_path = hostile $noise_res->{sets} times");
+is($noise_res->{saw_hostile}, 0,
+	'phase B: ... and its next transaction never had it (DISCARD ALL after each transaction)');
+check_exactly_once(node => $node, db => $db, like => 'b-%', messages => $msgs_b,
+	records => 'dedup.processed_messages', balances => \%balance,
+	label => 'phase B');
+is(sql(qq{SELECT count(*) FROM applied WHERE message_id LIKE 'b-%' AND search_path <> '$default_path'}),
+	'0', "phase B: every consumer transaction ran with search_path = $default_path");
+cmp_ok(sql(q{SELECT min(n) FROM (SELECT count(DISTINCT backend) n FROM applied WHERE message_id LIKE 'b-%' GROUP BY worker) s}),
+	'>', 1, 'phase B: each consumer still used several server backends');
+ok(defined stop_pgbouncer($pb), 'phase B: pgbouncer stopped on SIGTERM');
+
+my $stopped = stop_rabbitmq($rmq);
+is($stopped->{status}, 0, 'RabbitMQ stopped cleanly');
+is(scalar(@{ $stopped->{strays} }) + scalar(@{ $stopped->{leftovers} }), 0,
+	'no process of the broker or its epmd left');
+$node->stop;
+done_testing();
