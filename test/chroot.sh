@@ -40,10 +40,19 @@ root=$cache/$suite
 # the host's Debian mirror (not the security one), else deb.debian.org
 host_mirror() {
 	local m
-	m=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-		awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }')
-	[ -n "$m" ] || m=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		awk '/^URIs:/ && $2 ~ /\/debian\/?$/ { print $2; exit }')
+	local debian='(^|[ \t])(bookworm|trixie|forky|sid|stable|testing|unstable)([ \t]|$)'
+	# deb822 (.sources): the URIs of the first stanza for a Debian suite
+	m=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v debian="$debian" '
+		function found() { return uri != "" && suites ~ debian && types ~ /(^|[ \t])deb([ \t]|$)/ }
+		/^[ \t]*$/ { if (found()) { print uri; exit } uri = suites = types = ""; next }
+		tolower($1) == "uris:" { uri = $2 }
+		tolower($1) == "suites:" { suites = $0 }
+		tolower($1) == "types:" { types = $0 }
+		END { if (found()) print uri }' | head -n 1)
+	# one-line format: the first "deb" line for a Debian suite
+	[ -n "$m" ] || m=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+		awk -v debian="$debian" '$1 == "deb" && $0 ~ debian {
+			for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file):/) { print $i; exit } }')
 	echo "${m:-http://deb.debian.org/debian}"
 }
 mirror=${DEDUP_MIRROR:-$(host_mirror)}

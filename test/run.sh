@@ -134,6 +134,12 @@ done
 
 # the chroots the other versions need, made (or checked) in parallel first
 if [ -z "${DEDUP_IN_CHROOT:-}" ]; then
+	if [ "$(id -u)" -eq 0 ] && ! command -v debootstrap >/dev/null &&
+		[ -n "$(for pg in $versions; do [ "$pg" = "$(host_major)" ] || echo "$pg"; done)" ]; then
+		echo "== installing debootstrap"	# once, not in each parallel test/chroot.sh
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+	fi
 	pids=()
 	for pg in $versions; do
 		[ "$pg" = "$(host_major)" ] && continue
