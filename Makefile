@@ -24,17 +24,20 @@ DATA = sql/dedup--1.0.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
 REGRESS = claim claim_errors claim_security retention stats
-REGRESS_OPTS = --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/dedup.conf
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters
-ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup \
-	--temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/dedup.conf
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
 PG_CPPFLAGS = -I$(srcdir)/src
+
+# make installcheck needs no running server: pg_regress and the isolation
+# specs each start a temporary instance configured by test/dedup.conf
+REGRESS_OPTS += --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/dedup.conf
+ISOLATION_OPTS += --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/dedup.conf
 EXTRA_CLEAN = tmp_check_regress/
 
 PG_CONFIG ?= pg_config
