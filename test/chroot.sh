@@ -182,7 +182,8 @@ fi
 if [ "${1:-}" = run ]; then
 	tree=${2:?test/chroot.sh N run TREE CMD...}
 	shift 2
-	rm -rf "$root/build/dedup"
+	# what earlier runs kept (test/run.sh keeps a failed run's directory)
+	rm -rf "$root/build/dedup" "$root"/tmp/dedup-test.*
 	mkdir -p "$root/build/dedup"
 	tar -C "$tree" --exclude=.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
 		--exclude=./results --exclude=./tmp_check --exclude=./tmp_check_iso \
