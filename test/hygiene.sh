@@ -14,6 +14,8 @@
 #      interrupt would) while "apt-get install" runs.
 # 2 and 3 use stand-ins for apt-get and apt-cache and ask for a PostgreSQL
 # that does not exist, so that they really reach the install step.
+# Exit status 1: something was left behind; 2: test/setup.sh itself failed
+# (packages, build with -Werror, install) -- nothing to test then.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -51,7 +53,7 @@ check() {	# check WHAT: the state now is the state before
 
 # 1: the real run
 before=$(state)
-"$top/test/setup.sh"
+"$top/test/setup.sh" || { echo "test/hygiene.sh: test/setup.sh failed" >&2; exit 2; }
 check "test/setup.sh (PG_MAJOR=${PG_MAJOR:-15})"
 
 # stand-ins: apt-cache offers every package, apt-get update succeeds,

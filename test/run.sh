@@ -42,16 +42,21 @@ host_major() {
 run_here() {
 	local pg=$1
 	shift
-	local pg_config=/usr/lib/postgresql/$pg/bin/pg_config as=()
+	local pg_config=/usr/lib/postgresql/$pg/bin/pg_config as=() hygiene_failed=
 	if [ "$(id -u)" -eq 0 ]; then
 		# test/setup.sh (packages, build, install), checking that it leaves
 		# the machine and the checkout as they were; in a chroot made by
 		# test/chroot.sh the packages are there already
-		if [ -n "${DEDUP_IN_CHROOT:-}" ]; then
-			PG_MAJOR=$pg DEDUP_SETUP=build "$top/test/hygiene.sh"
-		else
-			PG_MAJOR=$pg "$top/test/hygiene.sh"
-		fi
+		local setup=all hrc=0
+		[ -z "${DEDUP_IN_CHROOT:-}" ] || setup=build
+		PG_MAJOR=$pg DEDUP_SETUP=$setup "$top/test/hygiene.sh" || hrc=$?
+		case $hrc in
+		0) echo "PostgreSQL $pg: setup hygiene passed" >>"$summary" ;;
+		1) echo "PostgreSQL $pg: setup hygiene FAILED" >>"$summary"; hygiene_failed=1 ;;
+		*)	# no build, nothing to test
+			echo "PostgreSQL $pg: setup (packages, build -Werror, install) FAILED" >>"$summary"
+			return 1 ;;
+		esac
 		as=(runuser -u postgres --)
 	fi
 
@@ -108,6 +113,7 @@ run_here() {
 			rc=1
 		fi
 	done
+	[ -z "${hygiene_failed:-}" ] || rc=1
 	if [ $rc -ne 0 ]; then
 		for f in "$work"/regression.diffs "$work"/output_iso/regression.diffs; do
 			[ -f "$f" ] && { echo "== $f"; cat "$f"; }
