@@ -15,8 +15,8 @@
 # while test/setup.sh asks for the same packages; a fresh machine builds it
 # from nothing.  /proc, /dev/pts and a tmpfs on /dev/shm are mounted while
 # something runs inside and always unmounted at exit, failure and interrupt
-# included; processes left running inside the chroot (there should be none)
-# are killed first.  Services do not start inside (policy-rc.d): the tests
+# included; processes it started that are still running inside (there
+# should be none) are killed first.  Services do not start inside (policy-rc.d): the tests
 # start the ones they need.
 set -euo pipefail
 
@@ -65,12 +65,18 @@ stamp() {
 
 mounted_under() { awk -v r="$1" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/self/mounts | sort -r; }
 
-# kill what still runs inside chroot $1, then unmount everything under it
+# every process this script starts inside carries this in its environment
+run_id=dedup-chroot-$$-$RANDOM$RANDOM
+
+# kill what this script started and still runs inside chroot $1 (only that:
+# not what someone else runs there), then unmount everything under it
 release() {
 	local r=$1 p pids=() m
 	[ -d "$r" ] || return 0
 	for p in /proc/[0-9]*; do
-		[ "$(readlink "$p/root" 2>/dev/null)" = "$r" ] && pids+=("${p#/proc/}")
+		[ "$(readlink "$p/root" 2>/dev/null)" = "$r" ] || continue
+		tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -x "DEDUP_RUN_ID=$run_id" >/dev/null &&
+			pids+=("${p#/proc/}")
 	done
 	if [ ${#pids[@]} -gt 0 ]; then
 		echo "== killing processes left in $r: ${pids[*]}" >&2
@@ -101,7 +107,7 @@ in_root() {	# in_root ROOT CMD...: run CMD inside, with a clean environment
 	local r=$1
 	shift
 	chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-		LANG=C.UTF-8 TERM=dumb DEDUP_IN_CHROOT=1 DEDUP_CHROOT="$r" "$@"
+		LANG=C.UTF-8 TERM=dumb DEDUP_IN_CHROOT=1 DEDUP_CHROOT="$r" DEDUP_RUN_ID="$run_id" "$@"
 }
 
 # install (or complete) the packages of test/setup.sh in chroot $1
