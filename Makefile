@@ -2,8 +2,11 @@
 #
 #   make && make install        build and install (PG_CONFIG=... to choose a server)
 #   make installcheck           regression, isolation and TAP tests against the
-#                               server at PGHOST/PGPORT (test/run.sh starts a
-#                               throwaway one; see README.md)
+#                               installed extension; needs no running server:
+#                               pg_regress and the isolation specs start their
+#                               own temporary instance with test/dedup.conf, the
+#                               TAP tests their own clusters (test/run.sh wraps
+#                               it; see README.md)
 
 MODULE_big = dedup
 OBJS = \
@@ -33,6 +36,12 @@ TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
 PG_CPPFLAGS = -I$(srcdir)/src
+
+# make installcheck needs no running server: pg_regress and the isolation
+# specs each start a temporary instance configured by test/dedup.conf
+REGRESS_OPTS += --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/dedup.conf
+ISOLATION_OPTS += --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/dedup.conf
+EXTRA_CLEAN = tmp_check_regress/
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

@@ -1,5 +1,8 @@
 # test/cluster.sh: start and stop a throwaway PostgreSQL cluster.  Sourced by
-# test/run.sh and test/demo.sh after test/setup.sh.
+# test/demo.sh and test/bench/run.sh after test/setup.sh (test/run.sh needs no
+# cluster: "make installcheck" starts its own instances).  The server listens
+# only on a Unix socket in its own directory, so PGPORT (default 54329) cannot
+# clash with another server.
 #
 # PostgreSQL refuses to run as root, so as root everything runs as the
 # unprivileged user "postgres"; otherwise as the current user.
@@ -21,6 +24,7 @@ as_pg() {
 # exports PGHOST, PGPORT, PGUSER, PGDATABASE, CLUSTER_DIR
 cluster_start() {
 	CLUSTER_DIR=$(mktemp -d /tmp/dedup-cluster.XXXXXX)
+	trap cluster_stop EXIT	# also on failure and interrupt
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$CLUSTER_DIR"
 	export PGHOST=$CLUSTER_DIR PGPORT=${PGPORT:-54329} PGUSER=postgres PGDATABASE=postgres
 	[ "$(id -u)" -eq 0 ] || PGUSER=$(id -un)
@@ -35,11 +39,11 @@ max_prepared_transactions = 10
 CONF
 	printf '%s\n' "$@" >>"$CLUSTER_DIR/data/postgresql.conf"
 	as_pg pg_ctl -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start >/dev/null
-	trap cluster_stop EXIT
 	echo "== throwaway cluster in $CLUSTER_DIR (port $PGPORT)"
 }
 
 cluster_stop() {
-	as_pg pg_ctl -D "$CLUSTER_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+	[ -f "$CLUSTER_DIR/data/postmaster.pid" ] &&
+		as_pg pg_ctl -D "$CLUSTER_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
 	rm -rf "$CLUSTER_DIR"
 }
