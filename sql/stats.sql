@@ -41,6 +41,14 @@ SELECT pg_typeof(total_claim_time) AS claim_time_type,
 SELECT array_agg(attname ORDER BY attnum) FILTER (WHERE attnum > 16) AS added
   FROM pg_attribute WHERE attrelid = 'dedup_stats'::regclass AND attnum > 0;
 
+-- a message id reused with another fingerprint (UD001) fails inside the
+-- claim: another error
+SELECT dedup_claim('reused', 'r-1', '\x01'::bytea);
+SELECT dedup_claim('reused', 'r-1', '\x02'::bytea);
+SELECT claims, duplicates, other_errors, serialization_failures, deadlocks,
+       lock_timeouts, cancels
+  FROM dedup_stats WHERE consumer = 'reused';
+
 -- bad input is not a claim
 SELECT dedup_claim('orders', NULL);
 SELECT claims, duplicates FROM dedup_stats WHERE consumer = 'orders';
