@@ -336,34 +336,10 @@ BEGIN ATOMIC
 	  FROM windows w;
 END;
 
-/* dedup_stats: per consumer of this database, counters and storage */
-CREATE VIEW @extschema@.dedup_stats AS
-	SELECT COALESCE(c.consumer, s.consumer) AS consumer,
-		   c.claims,
-		   c.duplicates,
-		   c.lock_waits,
-		   c.serialization_failures,
-		   c.last_claim_at,
-		   c.last_duplicate_at,
-		   s.records_estimate,
-		   s.oldest_record_at,
-		   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_record_at AS oldest_record_age,
-		   s.latest_record_at,
-		   CASE WHEN s.keep_forever THEN 'forever'
-				WHEN NOT s.retention_valid THEN 'invalid: ' OPERATOR(pg_catalog.||) s.retention::pg_catalog.text
-				ELSE pg_catalog.justify_hours(s.retention)::pg_catalog.text END AS retention,
-		   s.expired_backlog,
-		   s.future_records,
-		   CASE WHEN @extschema@.dedup_counters_status() OPERATOR(pg_catalog.<>) 'on'
-				THEN @extschema@.dedup_counters_status()
-				WHEN c.consumer IS NULL THEN 'not counted'
-				ELSE 'on' END AS counters,
-		   c.counters_since
-	  FROM @extschema@.dedup_claim_counters() c
-	  FULL JOIN @extschema@.dedup_consumer_storage() s
-		ON s.consumer OPERATOR(pg_catalog.=) c.consumer;
-COMMENT ON VIEW @extschema@.dedup_stats IS
-	'dedup: claims, duplicates and storage per consumer in this database';
+/*
+ * dedup_stats is created again at the end of this script, over the 1.1
+ * definition of dedup_claim_counters().
+ */
 
 /* dedup_storage: this database's record table, its growth and its sweeper */
 CREATE VIEW @extschema@.dedup_storage AS
@@ -396,8 +372,79 @@ COMMENT ON VIEW @extschema@.dedup_storage IS
 	'dedup: size and growth of processed_messages, and the health of its sweeper';
 
 REVOKE ALL ON FUNCTION @extschema@.dedup_consumer_storage() FROM PUBLIC;
-REVOKE ALL ON @extschema@.dedup_stats FROM PUBLIC;
 REVOKE ALL ON @extschema@.dedup_storage FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.dedup_consumer_storage() TO pg_monitor;
-GRANT SELECT ON @extschema@.dedup_stats TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_storage TO pg_monitor;
+
+/*
+ * Claim latency and errors (claim_stats.c).  dedup_claim_counters() gains
+ * the failed claims by class of error (serialization failures no longer
+ * include deadlocks) and the claim and lock-wait times, in milliseconds as
+ * pg_stat_statements has them; its 1.1 definition has its own C symbol, so
+ * that a database still on the 1.0 definition keeps working with this
+ * library.  dedup_stats shows them after its 1.0 columns.
+ */
+DROP FUNCTION @extschema@.dedup_claim_counters();
+
+CREATE FUNCTION @extschema@.dedup_claim_counters(
+	OUT consumer text,
+	OUT claims bigint,
+	OUT duplicates bigint,
+	OUT lock_waits bigint,
+	OUT serialization_failures bigint,
+	OUT last_claim_at timestamptz,
+	OUT last_duplicate_at timestamptz,
+	OUT counters_since timestamptz,
+	OUT deadlocks bigint,
+	OUT lock_timeouts bigint,
+	OUT cancels bigint,
+	OUT other_errors bigint,
+	OUT total_claim_time double precision,
+	OUT max_claim_time double precision,
+	OUT total_lock_wait_time double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dedup_claim_counters_1_1'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+/* dedup_stats: per consumer of this database, counters and storage */
+CREATE VIEW @extschema@.dedup_stats AS
+	SELECT COALESCE(c.consumer, s.consumer) AS consumer,
+		   c.claims,
+		   c.duplicates,
+		   c.lock_waits,
+		   c.serialization_failures,
+		   c.last_claim_at,
+		   c.last_duplicate_at,
+		   s.records_estimate,
+		   s.oldest_record_at,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_record_at AS oldest_record_age,
+		   s.latest_record_at,
+		   CASE WHEN s.keep_forever THEN 'forever'
+				WHEN NOT s.retention_valid THEN 'invalid: ' OPERATOR(pg_catalog.||) s.retention::pg_catalog.text
+				ELSE pg_catalog.justify_hours(s.retention)::pg_catalog.text END AS retention,
+		   s.expired_backlog,
+		   s.future_records,
+		   CASE WHEN @extschema@.dedup_counters_status() OPERATOR(pg_catalog.<>) 'on'
+				THEN @extschema@.dedup_counters_status()
+				WHEN c.consumer IS NULL THEN 'not counted'
+				ELSE 'on' END AS counters,
+		   c.counters_since,
+		   c.total_claim_time,
+		   c.total_claim_time OPERATOR(pg_catalog./)
+			   NULLIF(c.claims OPERATOR(pg_catalog.+) c.duplicates, 0)::pg_catalog.float8 AS mean_claim_time,
+		   c.max_claim_time,
+		   c.total_lock_wait_time,
+		   c.deadlocks,
+		   c.lock_timeouts,
+		   c.cancels,
+		   c.other_errors
+	  FROM @extschema@.dedup_claim_counters() c
+	  FULL JOIN @extschema@.dedup_consumer_storage() s
+		ON s.consumer OPERATOR(pg_catalog.=) c.consumer;
+COMMENT ON VIEW @extschema@.dedup_stats IS
+	'dedup: claims, duplicates and storage per consumer in this database';
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_counters() FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_claim_counters() TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_stats TO pg_monitor;

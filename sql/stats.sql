@@ -21,14 +21,45 @@ SELECT consumer, claims, duplicates, lock_waits, serialization_failures,
        counters, counters_since <= now() AS since_ok
   FROM dedup_stats ORDER BY consumer;
 
+-- claim times, in ms, per key: mean = total / answered claims, max >= mean;
+-- no lock wait, no failed claim (every class)
+SELECT dedup_claim_many('batch', ARRAY['k-1', 'k-2', 'k-1']);
+SELECT consumer, claims, duplicates,
+       total_claim_time > 0 AS timed,
+       mean_claim_time = total_claim_time / (claims + duplicates) AS mean_ok,
+       max_claim_time >= mean_claim_time AS max_ok,
+       max_claim_time <= total_claim_time AS max_in_total,
+       total_lock_wait_time, lock_waits, serialization_failures, deadlocks,
+       lock_timeouts, cancels, other_errors
+  FROM dedup_stats ORDER BY consumer;
+SELECT pg_typeof(total_claim_time) AS claim_time_type,
+       pg_typeof(mean_claim_time) AS mean_type,
+       pg_typeof(max_claim_time) AS max_type,
+       pg_typeof(total_lock_wait_time) AS wait_type
+  FROM dedup_stats LIMIT 1;
+-- the new columns follow those of 1.0, in this order
+SELECT array_agg(attname ORDER BY attnum) FILTER (WHERE attnum > 16) AS added
+  FROM pg_attribute WHERE attrelid = 'dedup_stats'::regclass AND attnum > 0;
+
+-- a message id reused with another fingerprint (UD001) fails inside the
+-- claim: another error
+SELECT dedup_claim('reused', 'r-1', '\x01'::bytea);
+SELECT dedup_claim('reused', 'r-1', '\x02'::bytea);
+SELECT claims, duplicates, other_errors, serialization_failures, deadlocks,
+       lock_timeouts, cancels
+  FROM dedup_stats WHERE consumer = 'reused';
+
 -- bad input is not a claim
 SELECT dedup_claim('orders', NULL);
 SELECT claims, duplicates FROM dedup_stats WHERE consumer = 'orders';
 
 -- a superuser may stop counting (to measure its cost); an application may not
 SET dedup.track_claims = off;
+SELECT total_claim_time AS before_uncounted FROM dedup_stats WHERE consumer = 'orders' \gset
 SELECT dedup_claim('orders', 'o-uncounted');
 SELECT consumer, claims, counters FROM dedup_stats ORDER BY consumer;
+SELECT total_claim_time = :before_uncounted AS not_timed
+  FROM dedup_stats WHERE consumer = 'orders';
 RESET dedup.track_claims;
 SELECT claims FROM dedup_stats WHERE consumer = 'orders';
 CREATE ROLE regress_dedup_app;
@@ -55,7 +86,10 @@ SELECT table_bytes > 0 AS has_table, index_bytes > 0 AS has_indexes,
 
 -- resets: one consumer, then all
 SELECT dedup_stats_reset('orders');
-SELECT consumer, claims, counters FROM dedup_stats ORDER BY consumer;
+SELECT consumer, claims, counters, total_claim_time IS NULL AS no_time,
+       mean_claim_time IS NULL AS no_mean, max_claim_time IS NULL AS no_max,
+       total_lock_wait_time IS NULL AS no_wait, deadlocks, other_errors
+  FROM dedup_stats ORDER BY consumer;
 SELECT dedup_stats_reset();
 SELECT count(*) AS counted FROM dedup_stats WHERE claims IS NOT NULL;
 
@@ -71,6 +105,14 @@ RESET ROLE;
 GRANT pg_monitor TO regress_dedup_app;
 SET ROLE regress_dedup_app;
 SELECT count(*) AS consumers FROM dedup_stats;
+RESET ROLE;
+SELECT dedup_claim('orders', 'o-monitored');
+SET ROLE regress_dedup_app;
+SELECT consumer, total_claim_time > 0 AS timed, mean_claim_time > 0 AS mean_seen,
+       max_claim_time > 0 AS max_seen, total_lock_wait_time, deadlocks,
+       lock_timeouts, cancels, other_errors
+  FROM dedup_stats WHERE consumer = 'orders';
+SELECT count(*) AS counter_rows FROM dedup_claim_counters();
 SELECT consumers FROM dedup_storage;
 SELECT count(*) FROM processed_messages;
 \echo :SQLSTATE
@@ -82,6 +124,6 @@ SELECT attrelid::regclass AS view, attname
   FROM pg_attribute
  WHERE attrelid IN ('dedup_stats'::regclass, 'dedup_storage'::regclass)
    AND attnum > 0 AND atttypid = 'text'::regtype
- ORDER BY 1, 2;
+ ORDER BY attrelid::regclass::text, attname;
 DROP ROLE regress_dedup_app;
 DROP EXTENSION dedup;

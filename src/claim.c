@@ -607,8 +607,12 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 	for (; done < nkeys; done++)
 	{
 		TimestampTz lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);
+		instr_time	start;
 		ClaimOutcome outcome;
 
+		/* each key is timed on its own: read only when counting */
+		if (dedup_track_claims)
+			INSTR_TIME_SET_CURRENT(start);
 		PG_TRY();
 		{
 			outcome = claim_writer_insert(&writer, PointerGetDatum(consumer),
@@ -623,10 +627,8 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 
 			/* count in the caller's context, not the error context */
 			MemoryContextSwitchTo(caller_context);
-			if (code == ERRCODE_T_R_SERIALIZATION_FAILURE ||
-				code == ERRCODE_T_R_DEADLOCK_DETECTED)
-				dedup_stats_count(consumer, DEDUP_SERIALIZATION_FAILURE,
-								  claim_waited(lock_wait_mark));
+			dedup_stats_count(consumer, dedup_claim_failure(code),
+							  claim_waited(lock_wait_mark), &start);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
@@ -634,7 +636,7 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		if (outcome != CLAIM_IN_PROGRESS)
 			dedup_stats_count(consumer,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
-							  claim_waited(lock_wait_mark));
+							  claim_waited(lock_wait_mark), &start);
 	}
 	claim_writer_end(&writer);
 	table_close(rel, NoLock);

@@ -2,9 +2,11 @@
  *
  * claim_stats.c
  *	  Per-consumer claim counters in shared memory: claims, duplicates, lock
- *	  waits and serialization failures, for the dedup_stats view; and the SQL
- *	  functions that read them (dedup_claim_counters, dedup_counters_status)
- *	  or reset them (dedup_stats_reset).
+ *	  waits, failed claims by class of error, claim and lock-wait times, for
+ *	  the dedup_stats view; the classes of errors (dedup_claim_failure); and
+ *	  the SQL functions that read them (dedup_claim_counters and
+ *	  dedup_claim_counters_1_1, dedup_counters_status) or reset them
+ *	  (dedup_stats_reset).
  *
  * One hash entry per (database, consumer), created by the first claim, with
  * its counters under a spinlock; the table itself under this file's own
@@ -21,8 +23,20 @@
  * two apart, both when the postmaster exits and when it starts (the file is
  * also removed once read).
  *
- * Counted are dedup_claim() calls, whatever their transaction does later:
- * a claim whose transaction rolls back still counts, as its redelivery will.
+ * Counted are claims of keys (one per dedup_claim() call, one per element
+ * of a dedup_claim_many() batch), whatever their transaction does later: a
+ * claim whose transaction rolls back still counts, as its redelivery will.
+ * Each is counted with its outcome -- an answer, or the class of the error
+ * it raised (dedup_claim_failure) -- and, when it was timed, its duration:
+ * claim times are those of the keys that got an answer, so that the mean
+ * of a batch's keys compares with that of single claims; the lock-wait time
+ * is the whole duration of the claims that waited for a lock, answered or
+ * failed.
+ *
+ * The SQL definition of dedup_claim_counters() changed in 1.1 (more
+ * columns): both C entry points are served by one function, told which
+ * version of the result its caller's definition has, which checks that the
+ * tuple descriptor it is given has that version's columns.
  *
  *-------------------------------------------------------------------------
  */
@@ -52,6 +66,7 @@
 #include "dedup.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim_counters);
+PG_FUNCTION_INFO_V1(dedup_claim_counters_1_1);
 PG_FUNCTION_INFO_V1(dedup_counters_status);
 PG_FUNCTION_INFO_V1(dedup_stats_reset);
 
@@ -59,7 +74,7 @@ PG_FUNCTION_INFO_V1(dedup_stats_reset);
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
 #define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
-#define STATS_FILE_VERSION 2
+#define STATS_FILE_VERSION 3
 
 typedef struct StatsKey
 {
@@ -69,10 +84,17 @@ typedef struct StatsKey
 
 typedef struct StatsCounters
 {
-	int64		claims;			/* calls that returned true */
-	int64		duplicates;		/* calls that returned false */
-	int64		lock_waits;		/* calls that waited for a lock */
-	int64		serialization_failures; /* calls that raised 40001 */
+	int64		claims;			/* claims that returned true */
+	int64		duplicates;		/* claims that returned false */
+	int64		lock_waits;		/* claims that waited for a lock */
+	int64		serialization_failures; /* claims that raised 40001 */
+	int64		deadlocks;		/* 40P01 */
+	int64		lock_timeouts;	/* 55P03 */
+	int64		cancels;		/* 57014 */
+	int64		other_errors;	/* any other error */
+	double		claim_time;		/* ms, claims and duplicates */
+	double		max_claim_time; /* ms, the longest of them */
+	double		lock_wait_time; /* ms, claims that waited for a lock */
 	TimestampTz last_claim;
 	TimestampTz last_duplicate;
 	TimestampTz since;			/* when counting started */
@@ -215,7 +237,8 @@ error:
 
 /*
  * Read the counters a clean shutdown left, then remove the file; after a
- * crash, remove it unread.
+ * crash, or when an older version of dedup wrote it in another format,
+ * remove it unread.
  */
 static void
 stats_load(void)
@@ -237,13 +260,22 @@ stats_load(void)
 	{
 		ereport(LOG,
 				(errmsg("dedup claim counters start from zero after crash recovery")));
-		FreeFile(file);
-		unlink(STATS_FILE);
-		return;
+		goto out;
 	}
-	if (fread(header, sizeof(header), 1, file) != 1 ||
-		header[0] != STATS_FILE_MAGIC || header[1] != STATS_FILE_VERSION ||
-		fread(&untracked, sizeof(untracked), 1, file) != 1 ||
+	if (fread(header, sizeof(header), 1, file) != 1)
+		goto error;
+	if (header[0] != STATS_FILE_MAGIC || header[1] != STATS_FILE_VERSION)
+	{
+		ereport(LOG,
+				(errmsg("dedup claim counters start from zero: file \"%s\" is in another format",
+						STATS_FILE),
+				 header[0] == STATS_FILE_MAGIC ?
+				 errdetail("Its format version is %u; this version of dedup reads version %u.",
+						   header[1], STATS_FILE_VERSION) :
+				 errdetail("It is not a file of dedup claim counters.")));
+		goto out;
+	}
+	if (fread(&untracked, sizeof(untracked), 1, file) != 1 ||
 		fread(&count, sizeof(count), 1, file) != 1)
 		goto error;
 	pg_atomic_write_u64(&stats_shared->untracked_claims, untracked);
@@ -268,15 +300,14 @@ stats_load(void)
 				(errmsg("dedup: the counters of %lld consumers were not restored",
 						(long long) (count - restored)),
 				 errdetail("dedup.max_consumers is %d.", dedup_max_consumers)));
-	FreeFile(file);
-	unlink(STATS_FILE);
-	return;
+	goto out;
 
 error:
 	ereport(LOG,
 			(errcode_for_file_access(),
 			 errmsg("could not read file \"%s\", claim counters start from zero",
 					STATS_FILE)));
+out:
 	if (file)
 		FreeFile(file);
 	unlink(STATS_FILE);
@@ -319,17 +350,50 @@ dedup_claim_stats_shmem_startup(void)
 }
 
 /*
+ * The class of the error (SQLSTATE sqlerrcode) that a claim raised, each
+ * one a different thing for a DBA to do: retry the transaction
+ * (serialization failure), order the application's locks (deadlock), look
+ * for the long transaction holding the same key (lock timeout, cancel: the
+ * statement_timeout or a pg_cancel_backend() fired during the claim), or
+ * read the server log (anything else, such as out of shared memory).
+ */
+DedupClaimOutcome
+dedup_claim_failure(int sqlerrcode)
+{
+	switch (sqlerrcode)
+	{
+		case ERRCODE_T_R_SERIALIZATION_FAILURE:
+			return DEDUP_SERIALIZATION_FAILURE;
+		case ERRCODE_T_R_DEADLOCK_DETECTED:
+			return DEDUP_DEADLOCK;
+		case ERRCODE_LOCK_NOT_AVAILABLE:
+			return DEDUP_LOCK_TIMEOUT;
+		case ERRCODE_QUERY_CANCELED:
+			return DEDUP_CANCELED;
+		default:
+			return DEDUP_OTHER_ERROR;
+	}
+}
+
+/* whether a claim got an answer (true or false), rather than an error */
+static inline bool
+outcome_answered(DedupClaimOutcome outcome)
+{
+	return outcome == DEDUP_CLAIMED || outcome == DEDUP_DUPLICATE;
+}
+
+/*
  * A claim of a consumer that found the table full: counted only in the
  * total of untracked claims.  The first one since startup (or the last
  * dedup_stats_reset()) is logged, naming the consumer and its database --
- * but not from the error path of a serialization failure, where no catalog
- * may be read: the next one is logged instead.
+ * but not from the error path of a failed claim, where no catalog may be
+ * read: the next one is logged instead.
  */
 static void
 stats_count_untracked(const StatsKey *key, DedupClaimOutcome outcome)
 {
 	pg_atomic_fetch_add_u64(&stats_shared->untracked_claims, 1);
-	if (outcome == DEDUP_SERIALIZATION_FAILURE ||
+	if (!outcome_answered(outcome) ||
 		!pg_atomic_test_set_flag(&stats_shared->full_logged))
 		return;
 	ereport(LOG,
@@ -342,19 +406,29 @@ stats_count_untracked(const StatsKey *key, DedupClaimOutcome outcome)
 }
 
 /*
- * Count one claim of consumer (in the current database) with its outcome.
- * A consumer that finds the table full (dedup.max_consumers) is counted
- * only in the total of untracked claims.
+ * Count one claim of consumer (in the current database) with its outcome,
+ * whether it waited for a lock, and its duration since *start (set by the
+ * caller only when dedup.track_claims is on, and read only then).  A
+ * consumer that finds the table full (dedup.max_consumers) is counted only
+ * in the total of untracked claims.
  */
 void
-dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited)
+dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited,
+				  const instr_time *start)
 {
 	StatsKey	key;
 	StatsEntry *entry;
-	TimestampTz now = GetCurrentStatementStartTimestamp();
+	TimestampTz now;
+	instr_time	duration;
+	double		ms;
 
 	if (stats_hash == NULL || !dedup_track_claims)
 		return;
+
+	INSTR_TIME_SET_CURRENT(duration);
+	INSTR_TIME_SUBTRACT(duration, *start);
+	ms = INSTR_TIME_GET_MILLISEC(duration);
+	now = GetCurrentStatementStartTimestamp();
 
 	key.dboid = MyDatabaseId;
 	text_to_cstring_buffer(consumer, key.consumer, sizeof(key.consumer));
@@ -403,34 +477,74 @@ dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited)
 		case DEDUP_SERIALIZATION_FAILURE:
 			entry->counters.serialization_failures++;
 			break;
+		case DEDUP_DEADLOCK:
+			entry->counters.deadlocks++;
+			break;
+		case DEDUP_LOCK_TIMEOUT:
+			entry->counters.lock_timeouts++;
+			break;
+		case DEDUP_CANCELED:
+			entry->counters.cancels++;
+			break;
+		case DEDUP_OTHER_ERROR:
+			entry->counters.other_errors++;
+			break;
+	}
+	if (outcome_answered(outcome))
+	{
+		entry->counters.claim_time += ms;
+		entry->counters.max_claim_time = Max(entry->counters.max_claim_time, ms);
 	}
 	if (waited)
+	{
 		entry->counters.lock_waits++;
+		entry->counters.lock_wait_time += ms;
+	}
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(stats_shared->lock);
 }
 
 /*
- * dedup_claim_counters() RETURNS SETOF record: the counters of every
- * consumer of the current database.  No rows when not preloaded.
+ * The versions of dedup_claim_counters()'s SQL definition, and the number of
+ * columns of each: 1.0 (dedup_claim_counters), 1.1 (dedup_claim_counters_1_1:
+ * deadlocks and the other error classes apart, times).
  */
-Datum
-dedup_claim_counters(PG_FUNCTION_ARGS)
+typedef enum CountersVersion
+{
+	COUNTERS_V1_0,
+	COUNTERS_V1_1
+} CountersVersion;
+
+#define COUNTERS_COLS_V1_0	8
+#define COUNTERS_COLS_V1_1	15
+#define COUNTERS_COLS		15	/* the most of any version */
+
+/*
+ * dedup_claim_counters() RETURNS SETOF record: the counters of every
+ * consumer of the current database, in the columns of version of the SQL
+ * definition.  No rows when not preloaded.  1.0 counted deadlocks as
+ * serialization failures, and still sees them so.
+ */
+static void
+claim_counters(FunctionCallInfo fcinfo, CountersVersion version)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HASH_SEQ_STATUS scan;
 	StatsEntry *entry;
 
 	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts !=
+		(version == COUNTERS_V1_0 ? COUNTERS_COLS_V1_0 : COUNTERS_COLS_V1_1))
+		elog(ERROR, "incorrect number of output arguments");
 	if (stats_hash == NULL)
-		return (Datum) 0;
+		return;
 
 	LWLockAcquire(stats_shared->lock, LW_SHARED);
 	hash_seq_init(&scan, stats_hash);
 	while ((entry = hash_seq_search(&scan)) != NULL)
 	{
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		Datum		values[COUNTERS_COLS];
+		bool		nulls[COUNTERS_COLS] = {0};
 		StatsCounters c;
 
 		if (entry->key.dboid != MyDatabaseId)
@@ -443,15 +557,41 @@ dedup_claim_counters(PG_FUNCTION_ARGS)
 		values[1] = Int64GetDatum(c.claims);
 		values[2] = Int64GetDatum(c.duplicates);
 		values[3] = Int64GetDatum(c.lock_waits);
-		values[4] = Int64GetDatum(c.serialization_failures);
+		values[4] = Int64GetDatum(c.serialization_failures +
+								  (version == COUNTERS_V1_0 ? c.deadlocks : 0));
 		values[5] = TimestampTzGetDatum(c.last_claim);
 		nulls[5] = (c.last_claim == 0);
 		values[6] = TimestampTzGetDatum(c.last_duplicate);
 		nulls[6] = (c.last_duplicate == 0);
 		values[7] = TimestampTzGetDatum(c.since);
+		if (version >= COUNTERS_V1_1)
+		{
+			values[8] = Int64GetDatum(c.deadlocks);
+			values[9] = Int64GetDatum(c.lock_timeouts);
+			values[10] = Int64GetDatum(c.cancels);
+			values[11] = Int64GetDatum(c.other_errors);
+			values[12] = Float8GetDatum(c.claim_time);
+			values[13] = Float8GetDatum(c.max_claim_time);
+			values[14] = Float8GetDatum(c.lock_wait_time);
+		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(stats_shared->lock);
+}
+
+/* the 1.0 definition: 8 columns */
+Datum
+dedup_claim_counters(PG_FUNCTION_ARGS)
+{
+	claim_counters(fcinfo, COUNTERS_V1_0);
+	return (Datum) 0;
+}
+
+/* the 1.1 definition: 15 columns */
+Datum
+dedup_claim_counters_1_1(PG_FUNCTION_ARGS)
+{
+	claim_counters(fcinfo, COUNTERS_V1_1);
 	return (Datum) 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
+#include "portability/instr_time.h"
 #include "storage/latch.h"
 #include "storage/lockdefs.h"
 #include "storage/lwlock.h"
@@ -148,15 +149,21 @@ extern void dedup_wake_launcher(void);
  */
 typedef enum DedupClaimOutcome
 {
-	DEDUP_CLAIMED,
-	DEDUP_DUPLICATE,
-	DEDUP_SERIALIZATION_FAILURE
+	DEDUP_CLAIMED,				/* returned true */
+	DEDUP_DUPLICATE,			/* returned false */
+	/* raised an error, by class: see dedup_claim_failure() */
+	DEDUP_SERIALIZATION_FAILURE,
+	DEDUP_DEADLOCK,
+	DEDUP_LOCK_TIMEOUT,
+	DEDUP_CANCELED,
+	DEDUP_OTHER_ERROR
 } DedupClaimOutcome;
 
 extern void dedup_claim_stats_shmem_request(void);
 extern void dedup_claim_stats_shmem_startup(void);
+extern DedupClaimOutcome dedup_claim_failure(int sqlerrcode);
 extern void dedup_stats_count(text *consumer, DedupClaimOutcome outcome,
-							  bool waited);
+							  bool waited, const instr_time *start);
 
 /* sweep.c: the retention rule, finding and deleting expired rows */
 typedef struct DedupSweepTarget

@@ -4,7 +4,8 @@
 #   1. The exporter, connected as a role that is only a member of
 #      pg_monitor (no privilege on any dedup table), runs every query of
 #      test/prometheus/dedup_queries.yaml without an error and exports the
-#      exact claim counters, records, backlog and sizes of known claims;
+#      exact claim counters, records, backlog and sizes of known claims,
+#      claim and lock-wait times in seconds, failed claims by class;
 #      a consumer whose claims are not counted gets no counters (no NaN).
 #   2. No message id appears anywhere in what the exporter serves.
 #   3. The metrics follow the server: a new duplicate, a sweep that deletes
@@ -232,8 +233,18 @@ SELECT dedup_keep_forever('billing');
 ANALYZE processed_messages;
 });
 
+# payments: a claim that waits for another session's claim of the same
+# message until its lock_timeout (the first claim rolls back)
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT dedup_claim('payments', 'secret-held')});
+my ($ret, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '10ms'; SELECT dedup_claim('payments', 'secret-held')});
+like($err, qr/canceling statement due to lock timeout/, 'a claim gives up waiting');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+
 # what the exporter's role may do: read the views, not the table
-my ($ret, $out, $err) = $node->psql(
+($ret, $out, $err) = $node->psql(
 	'postgres', 'SELECT count(*) FROM processed_messages',
 	extra_params => [ '-U', 'exporter' ]);
 like($err, qr/permission denied for table processed_messages/,
@@ -251,6 +262,7 @@ my $m = parse_metrics($body);
 my %orders = (datname => 'postgres', consumer => 'orders');
 my %billing = (datname => 'postgres', consumer => 'billing');
 my %archive = (datname => 'postgres', consumer => 'archive');
+my %payments = (datname => 'postgres', consumer => 'payments');
 my %db = (datname => 'postgres');
 
 metric_is($m, 'pg_up', {}, 1, 'exporter connected');
@@ -271,6 +283,26 @@ metric_between($m, 'dedup_consumer_seconds_since_last_duplicate',
 	\%orders, 0, time - $t0 + 1, 'counters');
 metric_is($m, 'dedup_consumer_seconds_since_last_duplicate', \%billing, 'NaN',
 	'counters: never a duplicate');
+
+# times, in seconds: only bounds (a claim takes well under a second)
+my $elapsed = time - $t0 + 1;
+metric_between($m, 'dedup_consumer_claim_seconds', \%orders, 1e-9, $elapsed, 'times');
+metric_between($m, 'dedup_consumer_max_claim_seconds', \%orders, 1e-9,
+	value_of($m, 'dedup_consumer_claim_seconds', %orders) // 0, 'times: max <= total');
+metric_is($m, 'dedup_consumer_lock_wait_seconds', \%orders, 0, 'times: no wait');
+metric_is($m, 'dedup_consumer_claims', \%payments, 1, 'payments');
+metric_is($m, 'dedup_consumer_lock_waits', \%payments, 1, 'payments');
+metric_between($m, 'dedup_consumer_lock_wait_seconds', \%payments, 0.01, $elapsed,
+	'payments: the wait until lock_timeout (10ms)');
+for my $class (qw(serialization_failure deadlock lock_timeout cancel other))
+{
+	metric_is($m, 'dedup_consumer_claim_errors', { %payments, class => $class },
+		$class eq 'lock_timeout' ? 1 : 0, 'failed claims');
+	metric_is($m, 'dedup_consumer_claim_errors', { %orders, class => $class },
+		0, 'failed claims');
+}
+is(value_of($m, 'dedup_consumer_claim_errors', %archive, class => 'other'), undef,
+	'failed claims: none for a consumer whose claims are not counted');
 
 metric_is($m, 'dedup_consumer_records_estimate', \%orders, 3, 'records');
 metric_is($m, 'dedup_consumer_records_estimate', \%billing, 1, 'records');
@@ -307,6 +339,10 @@ metric_is($m, 'dedup_storage_total_rows_deleted', \%db, 0, 'storage');
 my @types = $body =~ /^# TYPE (dedup_\S+) (\S+)$/mg;
 my %type = @types;
 is($type{dedup_consumer_claims}, 'counter', 'claims is a counter');
+is($type{dedup_consumer_claim_seconds}, 'counter', 'claim_seconds is a counter');
+is($type{dedup_consumer_lock_wait_seconds}, 'counter', 'lock_wait_seconds is a counter');
+is($type{dedup_consumer_max_claim_seconds}, 'gauge', 'max_claim_seconds is a gauge');
+is($type{dedup_consumer_claim_errors}, 'counter', 'claim_errors is a counter');
 is($type{dedup_storage_total_rows_deleted}, 'counter', 'total_rows_deleted is a counter');
 is($type{dedup_storage_expired_backlog}, 'gauge', 'expired_backlog is a gauge');
 

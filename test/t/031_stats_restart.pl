@@ -3,7 +3,9 @@
 # observability views without shared_preload_libraries.
 #
 #   - a clean restart keeps the counters (written to pg_stat/dedup.stat at
-#     shutdown, read back at startup);
+#     shutdown, read back at startup), times and failed claims included;
+#   - a file in the format of another version of dedup is removed unread,
+#     with a LOG line that says so;
 #   - after an immediate shutdown (pg_ctl -m immediate), and after a crash
 #     restart (a backend killed with SIGKILL), both followed by crash
 #     recovery, they start from zero, as PostgreSQL's own statistics do:
@@ -37,9 +39,26 @@ SELECT dedup_claim('orders', 'o-1');
 SELECT dedup_claim('billing', 'b-1');
 });
 
+# a claim that waits for another session's claim of the same key until its
+# lock_timeout: a lock wait, its time, a failed claim
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT dedup_claim('waits', 'w-1')});
+my ($ret, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '10ms'; SELECT dedup_claim('waits', 'w-1')});
+like($err, qr/canceling statement due to lock timeout/, 'a claim times out waiting');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+my $times = q{SELECT string_agg(concat_ws(':', consumer, total_claim_time, max_claim_time,
+                  total_lock_wait_time, lock_waits, serialization_failures, deadlocks,
+                  lock_timeouts, cancels, other_errors), ',' ORDER BY consumer)
+  FROM dedup_stats WHERE claims IS NOT NULL};
+my $times_before = $node->safe_psql('postgres', $times);
+like($times_before, qr/waits:[0-9.e-]+:[0-9.e-]+:[0-9.e-]+:1:0:0:1:0:0/,
+	'the lock timeout is counted, with its wait');
+
 my $counters = q{SELECT string_agg(consumer || ':' || claims || '/' || duplicates, ',' ORDER BY consumer)
   FROM dedup_stats WHERE claims IS NOT NULL};
-is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/1',
+is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/1,waits:1/0',
 	'counters before the restart');
 my $since = $node->safe_psql('postgres',
 	q{SELECT counters_since FROM dedup_stats WHERE consumer = 'orders'});
@@ -52,16 +71,35 @@ ok(-f $node->data_dir . '/pg_stat/dedup.stat',
 $node->start;
 ok(!-f $node->data_dir . '/pg_stat/dedup.stat',
 	'the file is removed once read, so a later crash cannot bring it back');
-is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/1',
+is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/1,waits:1/0',
 	'a clean restart keeps the counters');
+is($node->safe_psql('postgres', $times), $times_before,
+	'... their times and failed claims');
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT counters_since FROM dedup_stats WHERE consumer = 'orders'}),
 	$since,
 	'... and when they started');
 $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
-is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/2',
+is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/2,waits:1/0',
 	'counting goes on from the restored values');
+
+# a file of an older format (version 2: what 1.1 before claim times wrote,
+# with shorter entries) is not misread
+$node->stop('fast');
+my $file = $node->data_dir . '/pg_stat/dedup.stat';
+my $v2 = pack('LLQq', 0x64656475, 2, 0, 1) . ("\1" x 400);
+open(my $fh, '>:raw', $file) or die "could not write $file: $!";
+print $fh $v2;
+close($fh);
+my $offset = -s $node->logfile;
+$node->start;
+ok(!-f $file, 'a file of another format is removed at startup');
+is($node->safe_psql('postgres', $counters), '', '... unread');
+like(
+	slurp_file($node->logfile, $offset),
+	qr/LOG:  dedup claim counters start from zero: file "pg_stat\/dedup.stat" is in another format\n.*DETAIL:  Its format version is 2; this version of dedup reads version 3\./,
+	'... and the log says why');
 
 # --- immediate shutdown ------------------------------------------------------
 
@@ -81,7 +119,7 @@ my $saved = slurp_file($node->data_dir . '/pg_stat/dedup.stat');
 $node->start;
 $node->stop('immediate');
 append_to_file($node->data_dir . '/pg_stat/dedup.stat', $saved);
-my $offset = -s $node->logfile;
+$offset = -s $node->logfile;
 $node->start;
 ok(!-f $node->data_dir . '/pg_stat/dedup.stat', 'is removed at startup');
 is($node->safe_psql('postgres', $counters), '', '... unread');
@@ -146,7 +184,7 @@ is( $node->safe_psql(
 		q{SELECT consumers, sweeper_running FROM dedup_storage}),
 	'2|f',
 	'dedup_storage answers from the table, and shows no sweeper');
-my ($ret, $out, $err) = $node->psql('postgres',
+($ret, $out, $err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT dedup_stats_reset()");
 like($err, qr/ERROR:  55000: dedup claim counters are not available/,
 	'dedup_stats_reset() refuses clearly without preloading');
