@@ -113,6 +113,17 @@ run_here() {
 			rc=1
 		fi
 	done
+	# the benchmark harness end to end in a few seconds, on the host only:
+	# it fails when something is broken, never because of a ratio
+	if [ $# -eq 0 ] && [ -z "${DEDUP_IN_CHROOT:-}" ] && [ "$(id -u)" -eq 0 ]; then
+		echo "== PostgreSQL $pg: benchmark smoke run"
+		if PG_BIN=/usr/lib/postgresql/$pg/bin PGPORT=54339 "$top/test/bench/run.sh" --smoke; then
+			echo "PostgreSQL $pg: benchmark smoke run passed" >>"$summary"
+		else
+			echo "PostgreSQL $pg: benchmark smoke run FAILED" >>"$summary"
+			rc=1
+		fi
+	fi
 	[ -z "${hygiene_failed:-}" ] || rc=1
 	if [ $rc -ne 0 ]; then
 		for f in "$work"/regression.diffs "$work"/output_iso/regression.diffs; do
