@@ -8,6 +8,7 @@ SELECT pg_describe_object(classid, objid, objsubid) AS object
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dedup')
+   AND classid <> 'pg_type'::regclass
  ORDER BY 1;
 SELECT extconfig::regclass[] FROM pg_extension WHERE extname = 'dedup';
 -- a churning table: autovacuum comes early

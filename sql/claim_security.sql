@@ -1,3 +1,4 @@
+\set SHOW_CONTEXT never
 --
 -- dedup_claim: least privilege, and no search_path attacks
 --
