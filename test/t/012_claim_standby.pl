@@ -61,6 +61,17 @@ my $err = claim_fails($standby, q{SELECT dedup_claim('c', 'k')},
 like($err, qr/cannot execute dedup_claim\(\) during recovery/,
 	'standby, new key: the message says why');
 
+# looking without claiming works on a standby
+is( $standby->safe_psql(
+		'postgres', q{
+SELECT (SELECT seen FROM dedup_seen('c', 'after-backup')),
+	   (SELECT seen FROM dedup_seen('c', 'never-claimed'))}),
+	't|f', 'standby: dedup_seen answers from the replicated records');
+my ($forget_ret, $forget_out, $forget_err) =
+  $standby->psql('postgres', q{SELECT dedup_forget('c', 'after-backup')});
+like($forget_err, qr/cannot execute dedup_forget\(\) during recovery|read-only/,
+	'standby: dedup_forget is refused');
+
 # a key the standby already knows about is no exception: a claim on a
 # standby must not be mistaken for a duplicate check
 $err = claim_fails($standby, q{SELECT dedup_claim('c', 'before-backup')},
