@@ -8,7 +8,8 @@ SELECT pg_describe_object(classid, objid, objsubid) AS object
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dedup')
-   AND classid <> 'pg_type'::regclass
+   -- 17 and later also list the row types of tables and views: leave them out
+   AND (classid <> 'pg_type'::regclass OR (SELECT typtype FROM pg_type WHERE oid = objid) = 'e')
  ORDER BY 1;
 SELECT extconfig::regclass[] FROM pg_extension WHERE extname = 'dedup';
 -- a churning table: autovacuum comes early
