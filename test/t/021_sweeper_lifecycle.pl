@@ -282,14 +282,19 @@ $node->safe_psql('postgres', 'CREATE EXTENSION dedup');
 # 3. the launcher in pg_stat_activity
 # ===========================================================================
 
+# 17 and later name the wait; before, an extension's waits are all "Extension"
+my $launcher_wait =
+  $node->safe_psql('postgres', 'SHOW server_version_num') >= 170000
+  ? 'DedupLauncherMain'
+  : 'Extension';
 ok( $node->poll_query_until(
-		'postgres', q{
+		'postgres', qq{
 SELECT count(*) = 1 FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper launcher'
-   AND wait_event_type = 'Extension' AND wait_event = 'Extension'
+   AND wait_event_type = 'Extension' AND wait_event = '$launcher_wait'
    AND datname IS NULL}
 	),
-	'the launcher is in pg_stat_activity, waiting (Extension), in no database');
+	"the launcher is in pg_stat_activity, waiting ($launcher_wait), in no database");
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'}
