@@ -279,8 +279,21 @@ my ($leaked, $would) = split /\|/, sql(q{
 SELECT count(*) FILTER (WHERE search_path = 'hostile'),
        count(*) FILTER (WHERE unqualified = 'hostile.dedup_claim(text, text)'::regprocedure)
   FROM applied WHERE message_id LIKE 'a-%'});
-cmp_ok($leaked, '>', 0,
-	"phase A: $leaked applications ran on a server connection left with search_path = hostile by another client");
+# PostgreSQL 18 reports search_path to clients (GUC_REPORT), and pgbouncer
+# then keeps each client's own: another client's SET no longer reaches a
+# transaction; before 18 it does, and the qualified calls must not care
+my $search_path_reported =
+  $node->safe_psql('postgres', 'SHOW server_version_num') >= 180000;
+if ($search_path_reported)
+{
+	is($leaked, 0,
+		'phase A: PostgreSQL 18: pgbouncer keeps each client\'s search_path, no application saw another client\'s');
+}
+else
+{
+	cmp_ok($leaked, '>', 0,
+		"phase A: $leaked applications ran on a server connection left with search_path = hostile by another client");
+}
 is($would, $leaked, 'phase A: ... where an unqualified dedup_claim would have been hostile.dedup_claim');
 is(sql(q{SELECT (SELECT count(*) FROM hostile.calls) + (SELECT count(*) FROM hostile.applied)
   + (SELECT count(*) FROM hostile.processed_messages) + (SELECT sum(balance) FROM hostile.accounts)}),
@@ -310,8 +323,13 @@ append_to_file("$ctl_b/stop", '');
 is(join(',', stop_consumers(@hb)), '0,0', 'phase B: consumers stopped cleanly');
 $noise_res = finish_noise($noise_b, 'noise-b');
 cmp_ok($noise_res->{sets} // 0, '>', 0, "phase B: the noisy client set search_path = hostile $noise_res->{sets} times");
-is($noise_res->{saw_hostile}, 0,
-	'phase B: ... and its next transaction never had it (DISCARD ALL after each transaction)');
+SKIP:
+{
+	skip 'PostgreSQL 18: pgbouncer gives the noisy client its own search_path back', 1
+	  if $search_path_reported;
+	is($noise_res->{saw_hostile}, 0,
+		'phase B: ... and its next transaction never had it (DISCARD ALL after each transaction)');
+}
 check_exactly_once(node => $node, db => $db, like => 'b-%', messages => $msgs_b,
 	records => 'dedup.processed_messages', balances => \%balance,
 	label => 'phase B');
