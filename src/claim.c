@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  dedup_claim(): record, in the caller's transaction, that a consumer has
- *	  processed a message.
+ *	  dedup_claim(), dedup_claim_many() and dedup_try_claim(): record, in the
+ *	  caller's transaction, that a consumer has processed a message (or a
+ *	  batch of them), optionally with a fingerprint of its payload.
  *
  * A claim is what INSERT ... ON CONFLICT DO NOTHING into processed_messages
  * does, done directly on the table found by OID (relations.c), so that no
