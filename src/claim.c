@@ -40,7 +40,6 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -201,9 +200,8 @@ claim_check_claimant(text *consumer)
 	}
 
 	index = index_open(rels->consumer_roles_key, AccessShareLock);
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, TEXTOID,
-						   index->rd_indcollation[0], F_TEXTEQ,
-						   PointerGetDatum(consumer));
+	dedup_scan_key(&key, index, 1, BTEqualStrategyNumber,
+				   PointerGetDatum(consumer));
 	slot = table_slot_create(roles, NULL);
 	scan = dedup_index_beginscan(roles, index, GetActiveSnapshot(), 1);
 	index_rescan(scan, &key, 1, NULL, 0);
@@ -429,9 +427,8 @@ claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
 
 	InitDirtySnapshot(dirty);
 	for (int i = 0; i < 2; i++)
-		ScanKeyEntryInitialize(&keys[i], 0, i + 1, BTEqualStrategyNumber,
-							   TEXTOID, writer->key_index->rd_indcollation[i],
-							   F_TEXTEQ, writer->slot->tts_values[i]);
+		dedup_scan_key(&keys[i], writer->key_index, i + 1,
+					   BTEqualStrategyNumber, writer->slot->tts_values[i]);
 	scan = dedup_index_beginscan(writer->rel, writer->key_index, &dirty, 2);
 	index_rescan(scan, keys, 2, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, writer->conflict_slot))

@@ -8,6 +8,7 @@
 #ifndef DEDUP_H
 #define DEDUP_H
 
+#include "access/skey.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 #include "portability/instr_time.h"
@@ -81,6 +82,8 @@ extern const DedupRelations *dedup_relations(bool missing_ok);
 #endif
 extern Relation dedup_table_open(DedupTable table, LOCKMODE lockmode,
 								 bool missing_ok, const DedupRelations **rels);
+extern void dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
+						   StrategyNumber strategy, Datum value);
 
 /*
  * sweeper_state.c: what the sweeper knows about each database, in shared

@@ -27,7 +27,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -53,10 +52,10 @@ find_record(const DedupRelations *rels, Relation rel, text *consumer,
 	IndexScanDesc scan;
 	bool		found;
 
-	for (int i = 0; i < 2; i++)
-		ScanKeyEntryInitialize(&keys[i], 0, i + 1, BTEqualStrategyNumber,
-							   TEXTOID, index->rd_indcollation[i], F_TEXTEQ,
-							   PointerGetDatum(i == 0 ? consumer : message_id));
+	dedup_scan_key(&keys[0], index, 1, BTEqualStrategyNumber,
+				   PointerGetDatum(consumer));
+	dedup_scan_key(&keys[1], index, 2, BTEqualStrategyNumber,
+				   PointerGetDatum(message_id));
 	scan = dedup_index_beginscan(rel, index, GetActiveSnapshot(), 2);
 	index_rescan(scan, keys, 2, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);

@@ -303,3 +303,40 @@ dedup_table_open(DedupTable table, LOCKMODE lockmode, bool missing_ok,
 			 errmsg("extension \"dedup\" was dropped or altered concurrently")));
 	return NULL;				/* keep compiler quiet */
 }
+
+/*
+ * Set up *key to compare key column attno of index (one of the extension's
+ * btree indexes, on text and timestamptz columns) with value by strategy,
+ * in the column's collation, as the index orders it.
+ */
+void
+dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
+			   StrategyNumber strategy, Datum value)
+{
+	static const struct
+	{
+		Oid			type;
+		StrategyNumber strategy;
+		RegProcedure proc;
+	}			procs[] =
+	{
+		{TEXTOID, BTEqualStrategyNumber, F_TEXTEQ},
+		{TEXTOID, BTGreaterStrategyNumber, F_TEXT_GT},
+		{TIMESTAMPTZOID, BTLessStrategyNumber, F_TIMESTAMPTZ_LT},
+		{TIMESTAMPTZOID, BTGreaterEqualStrategyNumber, F_TIMESTAMPTZ_GE},
+	};
+	Oid			type = TupleDescAttr(RelationGetDescr(index), attno - 1)->atttypid;
+
+	for (int i = 0; i < lengthof(procs); i++)
+	{
+		if (procs[i].type == type && procs[i].strategy == strategy)
+		{
+			ScanKeyEntryInitialize(key, 0, attno, strategy, type,
+								   index->rd_indcollation[attno - 1],
+								   procs[i].proc, value);
+			return;
+		}
+	}
+	elog(ERROR, "no scan key procedure for type %u and strategy %d",
+		 type, strategy);
+}

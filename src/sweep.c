@@ -45,7 +45,6 @@
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/datum.h"
-#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -269,41 +268,6 @@ dedup_sweep_check_role(const DedupRelations *rels, Oid role)
 }
 
 /*
- * Begin an index scan of index on rel, with key column attno compared to
- * value by strategy (a btree operator of text or timestamptz).
- */
-static void
-scan_key(ScanKey key, Relation index, AttrNumber attno, StrategyNumber strategy,
-		 Datum value)
-{
-	static const struct
-	{
-		Oid			type;
-		StrategyNumber strategy;
-		RegProcedure proc;
-	}			procs[] =
-	{
-		{TEXTOID, BTEqualStrategyNumber, F_TEXTEQ},
-		{TEXTOID, BTGreaterStrategyNumber, F_TEXT_GT},
-		{TIMESTAMPTZOID, BTLessStrategyNumber, F_TIMESTAMPTZ_LT},
-		{TIMESTAMPTZOID, BTGreaterEqualStrategyNumber, F_TIMESTAMPTZ_GE},
-	};
-	Oid			type = attno == 1 ? TEXTOID : TIMESTAMPTZOID;
-
-	for (int i = 0; i < lengthof(procs); i++)
-	{
-		if (procs[i].type == type && procs[i].strategy == strategy)
-		{
-			ScanKeyEntryInitialize(key, 0, attno, strategy, type,
-								   index->rd_indcollation[attno - 1],
-								   procs[i].proc, value);
-			return;
-		}
-	}
-	elog(ERROR, "no scan key procedure for strategy %d", strategy);
-}
-
-/*
  * The first row of the (consumer_name, processed_at) index in direction dir
  * that matches keys and is visible: its consumer (copied) and time.
  */
@@ -345,9 +309,8 @@ consumer_window(const DedupRelations *rels, text *consumer)
 	ScanKeyData key;
 	Interval   *window;
 
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, TEXTOID,
-						   index->rd_indcollation[0], F_TEXTEQ,
-						   PointerGetDatum(consumer));
+	dedup_scan_key(&key, index, 1, BTEqualStrategyNumber,
+				   PointerGetDatum(consumer));
 	scan = dedup_index_beginscan(rel, index, GetActiveSnapshot(), 1);
 	index_rescan(scan, &key, 1, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
@@ -402,7 +365,7 @@ dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
 		else
 		{
 			/* the next consumer: the first index entry past the last one */
-			scan_key(&key, index, 1, BTGreaterStrategyNumber,
+			dedup_scan_key(&key, index, 1, BTGreaterStrategyNumber,
 					 PointerGetDatum(consumer));
 			if (!first_row(rel, index, &key, consumer ? 1 : 0,
 						   ForwardScanDirection, slot, &consumer, &latest))
@@ -410,7 +373,7 @@ dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
 		}
 
 		/* its latest claim: the last index entry of the consumer */
-		scan_key(&key, index, 1, BTEqualStrategyNumber,
+		dedup_scan_key(&key, index, 1, BTEqualStrategyNumber,
 				 PointerGetDatum(consumer));
 		if (!first_row(rel, index, &key, 1, BackwardScanDirection, slot,
 					   NULL, &latest))
@@ -469,12 +432,12 @@ dedup_delete_rows(const DedupRelations *rels, text *consumer,
 	IndexScanDesc scan;
 	uint64		deleted = 0;
 
-	scan_key(&keys[0], index, 1, BTEqualStrategyNumber,
+	dedup_scan_key(&keys[0], index, 1, BTEqualStrategyNumber,
 			 PointerGetDatum(consumer));
-	scan_key(&keys[1], index, 2, BTGreaterEqualStrategyNumber,
+	dedup_scan_key(&keys[1], index, 2, BTGreaterEqualStrategyNumber,
 			 TimestampTzGetDatum(from));
 	if (before != DT_NOEND)
-		scan_key(&keys[nkeys++], index, 2, BTLessStrategyNumber,
+		dedup_scan_key(&keys[nkeys++], index, 2, BTLessStrategyNumber,
 				 TimestampTzGetDatum(before));
 	scan = dedup_index_beginscan(rel, index, snapshot, nkeys);
 	index_rescan(scan, keys, nkeys, NULL, 0);
