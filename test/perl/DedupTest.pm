@@ -36,7 +36,8 @@ use JSON::PP;
 use POSIX qw(WNOHANG);
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(find_python consumer_script run_helper read_json_lines
+our @EXPORT = qw(consumer_tables_sql log_from occurrences sweeper_start_re wait_log_count
+  find_python consumer_script run_helper read_json_lines
   spawn_session alive process_tree stop_group start_rabbitmq wait_rabbitmq
   stop_rabbitmq
   rabbitmqctl start_pgbouncer stop_pgbouncer wait_until require_tools
@@ -52,6 +53,58 @@ END
 	stop_group(@$_) for reverse grep { $_->[0] && alive($_->[0]) } @to_stop;
 	$? = $status;
 }
+
+
+# consumer_tables_sql(@extra_columns): the SQL creating the tables that
+# test/rabbitmq_consumer.py writes: five accounts, and one row in "applied"
+# per application of a message, with @extra_columns added (deliberately no
+# unique key: a message applied twice is two rows, not an error)
+sub consumer_tables_sql
+{
+	my @columns = ('message_id text NOT NULL', 'worker text NOT NULL',
+		'redelivered boolean NOT NULL', 'attempt text NOT NULL', @_);
+	return "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);\n"
+	  . "INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;\n"
+	  . 'CREATE TABLE applied (' . join(', ', @columns) . ");\n";
+}
+
+# log_from($node, $offset): $node's server log from byte $offset on
+sub log_from
+{
+	my ($node, $offset) = @_;
+	return PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+}
+
+# occurrences($text, $re): how many times $re matches in $text
+sub occurrences
+{
+	my ($text, $re) = @_;
+	my $n = () = $text =~ /$re/g;
+	return $n;
+}
+
+# sweeper_start_re($db): the postmaster's DEBUG1 line for each sweeper it
+# starts in $db
+sub sweeper_start_re
+{
+	my ($db) = @_;
+	return qr/starting background worker process "dedup sweeper for database \Q$db\E"/;
+}
+
+# wait_log_count($node, $offset, $re, $n): wait until $node's log from
+# $offset holds $n matches of $re; false after the test timeout
+sub wait_log_count
+{
+	my ($node, $offset, $re, $n) = @_;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $deadline)
+	{
+		return 1 if occurrences(log_from($node, $offset), $re) >= $n;
+		usleep(100_000);
+	}
+	return 0;
+}
+
 
 # find_python(@modules): a Python 3 that can import every one of @modules
 # (test/setup.sh installs them as Debian packages), or undef

@@ -98,16 +98,8 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'");
 $node->start;
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
-$node->safe_psql(
-	$db, q{
-CREATE EXTENSION dedup;
-CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
-INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
--- one row per application of a message, written in the claim's transaction;
--- deliberately no unique key: a message applied twice is two rows, not an error
-CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
-                      redelivered boolean NOT NULL, attempt text NOT NULL);
-});
+# "applied" gets one row per application, in the claim's transaction
+$node->safe_psql($db, "CREATE EXTENSION dedup;\n" . consumer_tables_sql());
 
 ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
   or BAIL_OUT($rmq->{error});

@@ -50,6 +50,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupTest;
 use Time::HiRes qw(usleep time);
 use IPC::Run;
 
@@ -140,39 +144,6 @@ sub set_config
 			$shown),
 		"$name is now '$shown'");
 	return;
-}
-
-sub log_from
-{
-	my ($offset) = @_;
-	return slurp_file($node->logfile, $offset);
-}
-
-sub occurrences
-{
-	my ($text, $re) = @_;
-	my $n = () = $text =~ /$re/g;
-	return $n;
-}
-
-# the postmaster's DEBUG1 line for each sweeper it starts in $db
-sub sweeper_start_re
-{
-	my ($db) = @_;
-	return qr/starting background worker process "dedup sweeper for database \Q$db\E"/;
-}
-
-# wait until the log from $offset holds $n matches of $re
-sub wait_log_count
-{
-	my ($offset, $re, $n) = @_;
-	my $deadline = time + $timeout;
-	while (time < $deadline)
-	{
-		return 1 if occurrences(log_from($offset), $re) >= $n;
-		usleep(100_000);
-	}
-	return 0;
 }
 
 # the launcher does not start a sweeper for a while: it has stopped sweeping
@@ -357,7 +328,7 @@ my $offset = -s $node->logfile;
 sleep(4);    # four intervals go by
 is(sql('db1', 'SELECT last_sweep_start FROM dedup_sweeper'),
 	$stopped_at, 'sweep_enabled = off: no sweep in 4 intervals, even after a wake-up');
-is(occurrences(log_from($offset), qr/starting background worker process "dedup sweeper/),
+is(occurrences(log_from($node, $offset), qr/starting background worker process "dedup sweeper/),
 	0, 'sweep_enabled = off: the log shows no sweeper started in any database');
 is(count_of('db1', 'e'), '6', 'sweep_enabled = off: expired claims stay');
 is(sql('db1', 'SELECT sweep_enabled, sweeper_running FROM dedup_sweeper'),
@@ -424,7 +395,7 @@ sub batches_logged
 {
 	my ($offset, $consumer) = @_;
 	my @batches;
-	for my $line (split /\n/, log_from($offset))
+	for my $line (split /\n/, log_from($node, $offset))
 	{
 		push @batches, { n => $1, xid => $2, upto => $3 }
 		  if $line =~ /dedup sweep: deleted (\d+) rows of consumer "\Q$consumer\E" in transaction (\d+), up to (.*)$/;
@@ -522,11 +493,11 @@ SELECT last_sweep_outcome, last_error, last_error_at > '$since'
 	'view: last_sweep_outcome failed, last_error permission denied');
 my $first_error = time;
 my $error_re = qr/ERROR:  permission denied for table processed_messages/;
-ok(wait_log_count($offset, $error_re, 1), 'the error is in the server log');
+ok(wait_log_count($node, $offset, $error_re, 1), 'the error is in the server log');
 # let ten intervals go by: without back-off that is ten more errors
 sleep(1) while time < $first_error + 10;
 my @error_times;
-for my $line (split /\n/, log_from($offset))
+for my $line (split /\n/, log_from($node, $offset))
 {
 	next unless $line =~ $error_re;
 	$line =~ /^\S+ (\d+):(\d+):(\d+\.\d+)/ or next;
@@ -624,7 +595,7 @@ unlike($stderr, qr/error|abort/i, 'pgbench: no client error') or diag($stderr);
 my ($processed) = $stdout =~ /number of transactions actually processed: (\d+)/;
 ok(defined $processed && $processed > 5000, "pgbench ran " . ($processed // 'no') . ' claims');
 
-my $run_log = log_from($offset);
+my $run_log = log_from($node, $offset);
 my $sweeps_during = occurrences($run_log, sweeper_start_re('db1'));
 ok($sweeps_during >= 7, "db1 was swept during the run ($sweeps_during sweeps)");
 unlike($run_log, qr/ERROR|FATAL/, 'no error in the log during the run');
@@ -686,13 +657,13 @@ is(sql('db2', 'SELECT database_state, total_rows_deleted >= 2 FROM dedup_sweeper
 	'active|t', 'db2 view: active, rows deleted');
 
 $offset = -s $node->logfile;
-ok(wait_log_count($offset, sweeper_start_re('db1'), 4)
-	  && wait_log_count($offset, sweeper_start_re('db2'), 4),
+ok(wait_log_count($node, $offset, sweeper_start_re('db1'), 4)
+	  && wait_log_count($node, $offset, sweeper_start_re('db2'), 4),
 	'db1 and db2 are each swept every second');
-my $slice = log_from($offset);
+my $slice = log_from($node, $offset);
 is(occurrences($slice, qr/dedup.*noext/), 0,
 	'meanwhile nothing at all is logged about dedup in noext: it is not probed again');
-my $all = log_from(0);
+my $all = log_from($node, 0);
 is(occurrences($all, qr/^.*(?:LOG|WARNING|ERROR|FATAL):.*(?:dedup.*noext|noext.*dedup).*$/m),
 	0, 'no LOG, WARNING or ERROR line about dedup in noext in the whole log');
 # A new launcher probes every database once, and so does dropping a database
@@ -715,9 +686,9 @@ SELECT 'only', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i
 sql('db2', 'SELECT dedup_sweeper_wake()');
 ok($node->poll_query_until('db1', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'only'", '2'),
 	'dedup.databases = db1: db1 is swept');
-ok(wait_log_count($offset, sweeper_start_re('db1'), 3), 'db1 swept 3 more times');
+ok(wait_log_count($node, $offset, sweeper_start_re('db1'), 3), 'db1 swept 3 more times');
 is(count_of('db2', 'only'), '4', 'dedup.databases = db1: db2\'s expired claims stay');
-is(occurrences(log_from($offset), sweeper_start_re('db2')),
+is(occurrences(log_from($node, $offset), sweeper_start_re('db2')),
 	0, 'dedup.databases = db1: no sweeper started in db2');
 is(sql('db2', 'SELECT database_state IS NULL FROM dedup_sweeper'),
 	't', 'db2 view: the sweeper does not track db2');
@@ -732,13 +703,13 @@ note('6. DROP EXTENSION and CREATE EXTENSION');
 $offset = -s $node->logfile;
 sql('db2', 'DROP EXTENSION dedup');
 # in three passes of the launcher, db2 is looked at (at most) once
-ok(wait_log_count($offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the DROP');
+ok(wait_log_count($node, $offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the DROP');
 my $after_drop = -s $node->logfile;
-ok(wait_log_count($after_drop, sweeper_start_re('db1'), 4), 'db1 swept 4 more times');
-$slice = log_from($offset);
+ok(wait_log_count($node, $after_drop, sweeper_start_re('db1'), 4), 'db1 swept 4 more times');
+$slice = log_from($node, $offset);
 ok(occurrences($slice, sweeper_start_re('db2')) <= 1,
 	'after DROP EXTENSION, db2 had at most one sweeper (which found no extension)');
-is(occurrences(log_from($after_drop), sweeper_start_re('db2')),
+is(occurrences(log_from($node, $after_drop), sweeper_start_re('db2')),
 	0, 'then no more sweepers in db2');
 unlike($slice, qr/WARNING|ERROR|FATAL/, 'no warning or error in the log since the DROP');
 
@@ -753,7 +724,7 @@ is(sql('db2', 'SELECT database_state FROM dedup_sweeper'), 'active', 'db2 view: 
 # Many migration tools run CREATE EXTENSION inside a longer transaction.
 sql('db2', 'DROP EXTENSION dedup');
 $offset = -s $node->logfile;
-ok(wait_log_count($offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the DROP');
+ok(wait_log_count($node, $offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the DROP');
 my $before_create = -s $node->logfile;
 sql('db2', q{
 BEGIN;
@@ -765,15 +736,15 @@ sql('db2', qq{
 INSERT INTO processed_messages
 SELECT 'tx', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
 note('sweepers started in db2 while CREATE EXTENSION was not committed yet: '
-	  . occurrences(log_from($before_create), sweeper_start_re('db2')));
+	  . occurrences(log_from($node, $before_create), sweeper_start_re('db2')));
 # give the launcher three passes over the databases
 $offset = -s $node->logfile;
-ok(wait_log_count($offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the COMMIT');
+ok(wait_log_count($node, $offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the COMMIT');
 is(count_of('db2', 'tx'), '2',
 	'CREATE EXTENSION inside a longer transaction: db2 is swept once it commits');
 is(sql('db2', 'SELECT database_state FROM dedup_sweeper'), 'active',
 	'... and tracked as active');
-is(occurrences(log_from($before_create), sweeper_start_re('db2')) >= 1, 1,
+is(occurrences(log_from($node, $before_create), sweeper_start_re('db2')) >= 1, 1,
 	'... by a sweeper the commit woke');
 
 ###############################################################################
@@ -799,7 +770,7 @@ SELECT last_sweep_start > '$locked_since' AND sweeper_pid IS NULL
 	'a sweep that meets a locked row ends partial');
 is(sql('db2', q{SELECT last_error_at IS NULL OR last_error_at < '} . $locked_since . q{' FROM dedup_sweeper}),
 	't', '... records no error');
-unlike(log_from($offset), qr/ERROR|WARNING/, '... and logs none');
+unlike(log_from($node, $offset), qr/ERROR|WARNING/, '... and logs none');
 is(sql('db2', q{SELECT dedup_claim('meanwhile', 'k') AND NOT dedup_claim('meanwhile', 'k')}),
 	't', 'claims go on meanwhile');
 $locker->query_safe('COMMIT');

@@ -27,6 +27,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupTest;
+
 # a sweep that never comes should fail the test in a minute, not three
 $PostgreSQL::Test::Utils::timeout_default = 60
   unless $ENV{PG_TEST_TIMEOUT_DEFAULT};
@@ -96,39 +100,6 @@ SELECT last_sweep_start > '$since' AND sweeper_pid IS NULL
 		"$db: $what");
 }
 
-sub log_from
-{
-	my ($offset) = @_;
-	return slurp_file($node->logfile, $offset);
-}
-
-sub occurrences
-{
-	my ($text, $re) = @_;
-	my $n = () = $text =~ /$re/g;
-	return $n;
-}
-
-# the postmaster's DEBUG1 line for each sweeper it starts in $db
-sub sweeper_start_re
-{
-	my ($db) = @_;
-	return qr/starting background worker process "dedup sweeper for database \Q$db\E"/;
-}
-
-# wait until the log from $offset holds $n matches of $re
-sub wait_log_count
-{
-	my ($offset, $re, $n) = @_;
-	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (time < $deadline)
-	{
-		return 1 if occurrences(log_from($offset), $re) >= $n;
-		select(undef, undef, undef, 0.1);
-	}
-	return 0;
-}
-
 ###############################################################################
 note('2. slots: databases without dedup do not keep one');
 
@@ -136,7 +107,7 @@ note('2. slots: databases without dedup do not keep one');
 my $offset = -s $node->logfile;
 sql('postgres', "CREATE DATABASE $_") for qw(a1 a2 a3);
 sql('postgres', 'SELECT pg_reload_conf()');
-ok( wait_log_count($offset, sweeper_start_re('a3'), 1),
+ok( wait_log_count($node, $offset, sweeper_start_re('a3'), 1),
 	'the databases without dedup have been probed');
 
 sql('postgres', 'CREATE ROLE dbowner LOGIN');
@@ -191,7 +162,7 @@ wait_sweep('owned', 'partial',
 	'with exit_on_error on, a locked row still ends a sweep partial');
 is(sql('owned', 'SELECT last_error FROM dedup_sweeper'),
 	'', '... with no error');
-unlike(log_from($offset), qr/FATAL/, '... and no FATAL in the log');
+unlike(log_from($node, $offset), qr/FATAL/, '... and no FATAL in the log');
 $locker->query_safe('COMMIT');
 $serializable->query_safe('COMMIT');
 $node->safe_psql('owned', 'ALTER DATABASE owned RESET ALL',
@@ -210,13 +181,13 @@ sql('app3', 'CREATE EXTENSION dedup');
 add_expired('app3', 'c', 4);
 my $exhausted =
   qr/LOG:  dedup sweeper cannot track database "app3": all 2 slots are in use/;
-ok(wait_log_count($offset, $exhausted, 1), 'the database left out is named in the log');
-like(log_from($offset), qr/HINT:  Raise dedup.max_databases/,
+ok(wait_log_count($node, $offset, $exhausted, 1), 'the database left out is named in the log');
+like(log_from($node, $offset), qr/HINT:  Raise dedup.max_databases/,
 	'... with the setting to raise');
 my $after = -s $node->logfile;
-ok(wait_log_count($after, sweeper_start_re('owned'), 3),
+ok(wait_log_count($node, $after, sweeper_start_re('owned'), 3),
 	'three more passes of the launcher');
-is(occurrences(log_from($offset), $exhausted), 1, '... and it is named only once');
+is(occurrences(log_from($node, $offset), $exhausted), 1, '... and it is named only once');
 is(sql('app3', 'SELECT database_state IS NULL FROM dedup_sweeper'),
 	't', 'app3 is not tracked');
 is(count_of('app3', 'c'), '4', '... nor swept');
@@ -242,7 +213,7 @@ is(sql('owned', 'SELECT last_sweep_rows, last_error IS NULL FROM dedup_sweeper')
 	'0|t', '... deleting nothing, and with no error');
 my $blocked_re =
   qr/LOG:  dedup sweep of database "owned" is blocked: another session holds a lock on table "processed_messages" \(pid $holder_pid\)/;
-is(occurrences(log_from($offset), $blocked_re), 1,
+is(occurrences(log_from($node, $offset), $blocked_re), 1,
 	'the log names the session holding the lock, once');
 $holder->query_safe('COMMIT');
 wait_sweep('owned', 'done', 'once the lock is released, the sweep ends done');

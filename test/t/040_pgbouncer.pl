@@ -62,21 +62,20 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'\nmax_c
 $node->start;
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
+# "applied" also records, per application, the server connection, its
+# search_path and what an unqualified dedup_claim would have been there
 $node->safe_psql(
-	$db, q{
+	$db,
+	consumer_tables_sql(
+		'backend int NOT NULL DEFAULT pg_backend_pid()',
+		q{search_path text NOT NULL DEFAULT current_setting('search_path')},
+		q{unqualified oid DEFAULT to_regprocedure('dedup_claim(text, text)')})
+	  . q{
 CREATE SCHEMA dedup;
 CREATE EXTENSION dedup SCHEMA dedup;
 CREATE ROLE app LOGIN;
 GRANT USAGE ON SCHEMA dedup TO app;
 GRANT EXECUTE ON FUNCTION dedup.dedup_claim(text, text) TO app;
-CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
-INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
--- one row per application; no unique key: applied twice is two rows
-CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
-  redelivered boolean NOT NULL, attempt text NOT NULL,
-  backend int NOT NULL DEFAULT pg_backend_pid(),
-  search_path text NOT NULL DEFAULT current_setting('search_path'),
-  unqualified oid DEFAULT to_regprocedure('dedup_claim(text, text)'));
 GRANT SELECT, UPDATE ON accounts TO app;
 GRANT INSERT ON applied TO app;
 -- what a hostile search_path would find first

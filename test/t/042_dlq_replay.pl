@@ -60,15 +60,9 @@ $node->append_conf('postgresql.conf',
 $node->start;
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
-$node->safe_psql(
-	$db, qq{
-CREATE EXTENSION dedup;
-CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
-INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
-CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
-                      redelivered boolean NOT NULL, attempt text NOT NULL);
-SELECT dedup_set_retention('ledger', '$window seconds');
-});
+$node->safe_psql($db,
+	"CREATE EXTENSION dedup;\n" . consumer_tables_sql()
+	  . "SELECT dedup_set_retention('ledger', '$window seconds');");
 sub sql { return $node->safe_psql($db, $_[0]); }
 
 ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
