@@ -27,7 +27,7 @@ required=(
 	build-essential libipc-run-perl rsync
 )
 optional=(
-	postgresql-contrib python3-psycopg2
+	python3-psycopg2
 	prometheus-postgres-exporter prometheus rabbitmq-server python3-pika
 	pgbouncer python3-psycopg
 )
@@ -92,7 +92,7 @@ if [ "$DEDUP_SETUP" != build ]; then
 	for p in "${optional[@]}"; do
 		installed "$p" && continue
 		missing+=("$p")
-		# an optional package this suite lacks (postgresql-contrib in trixie)
+		# an optional package this suite lacks (say, one that a suite of Debian does not carry)
 		# is no reason to update the package lists at every run
 		if [ -z "$lists" ] || available "$p"; then update=1; fi
 	done
