@@ -92,7 +92,7 @@ if [ "$DEDUP_SETUP" != build ]; then
 	for p in "${optional[@]}"; do
 		installed "$p" && continue
 		missing+=("$p")
-		# an optional package this suite lacks (say, one that a suite of Debian does not carry)
+		# an optional package this suite of Debian lacks
 		# is no reason to update the package lists at every run
 		if [ -z "$lists" ] || available "$p"; then update=1; fi
 	done
