@@ -37,6 +37,7 @@ extern int	dedup_retention;
 extern int	dedup_sweep_interval;
 extern int	dedup_sweep_batch_size;
 extern int	dedup_sweep_max_duration;
+extern int	dedup_sweep_batch_delay;
 extern char *dedup_databases;
 extern char *dedup_sweep_role;
 extern int	dedup_max_databases;

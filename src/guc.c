@@ -26,6 +26,7 @@ int			dedup_retention = 7 * 24 * 60 * 60;
 int			dedup_sweep_interval = 60;
 int			dedup_sweep_batch_size = 1000;
 int			dedup_sweep_max_duration = 60;
+int			dedup_sweep_batch_delay = 0;
 char	   *dedup_databases = NULL;
 char	   *dedup_sweep_role = NULL;
 int			dedup_max_databases = 64;
@@ -89,6 +90,14 @@ dedup_define_gucs(void)
 							&dedup_sweep_max_duration,
 							60, 0, 24 * 60 * 60,
 							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dedup.sweep_batch_delay",
+							"Pause of a sweep between two batches, leaving the CPU and the disk to claims.",
+							"0 means no pause.",
+							&dedup_sweep_batch_delay,
+							0, 0, 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("dedup.databases",

@@ -11,7 +11,9 @@
  * lock (it gives up and tries at the next sweep instead, so it cannot
  * deadlock with ALTER EXTENSION or other DDL); between batches it steps
  * aside for DROP DATABASE and ALTER DATABASE, which otherwise fail while a
- * session is connected; and it stops after dedup.sweep_max_duration.
+ * session is connected; it pauses dedup.sweep_batch_delay between batches,
+ * if a DBA wants to leave more of the machine to claims; and it stops
+ * after dedup.sweep_max_duration.
  *
  * It runs no SQL: rows are found and deleted through the table's index, by
  * OID (sweep.c).  It sweeps only if dedup.sweep_role, or else the owner of
@@ -32,6 +34,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "tcop/tcopprot.h"
@@ -43,6 +46,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "dedup.h"
 
@@ -264,6 +268,24 @@ sweeper_end(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/* the pause between batches, with a name of its own on PG 17+ */
+static void
+sweeper_pause(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 wait_event = 0;
+
+	if (wait_event == 0)
+		wait_event = WaitEventExtensionNew("DedupSweepBatchDelay");
+#else
+	uint32		wait_event = PG_WAIT_EXTENSION;
+#endif
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 dedup_sweep_batch_delay, wait_event);
+	ResetLatch(MyLatch);
+}
+
 /* Sweep this database: all of it, or until time, DDL or a lock stops us. */
 static DedupSweepOutcome
 sweeper_sweep(TimestampTz start)
@@ -275,6 +297,7 @@ sweeper_sweep(TimestampTz start)
 	List	   *targets;
 	ListCell   *lc;
 	bool		busy;
+	bool		first_batch = true;
 
 	if (dedup_sweep_max_duration > 0)
 		deadline = TimestampTzPlusMilliseconds(start,
@@ -302,6 +325,9 @@ sweeper_sweep(TimestampTz start)
 
 		do
 		{
+			if (!first_batch && dedup_sweep_batch_delay > 0)
+				sweeper_pause();
+			first_batch = false;
 			CHECK_FOR_INTERRUPTS();
 			if (sweeper_database_wanted())
 				return DEDUP_SWEEP_PARTIAL;

@@ -34,6 +34,7 @@
 #   BENCH_DURING_ROWS      backlog swept during row 9 (default: enough for its
 #                          rounds at the rate measured in row 8, at most
 #                          BENCH_DURING_MAX, 8000000)
+#   BENCH_SWEEP_DELAY      dedup.sweep_batch_delay of row 9b, in ms (10)
 #   BENCH_GROWTH_SMALL, BENCH_GROWTH_LARGE   rows stored in row 10 (100000,
 #                          2000000; the full run: 20000000)
 #   BENCH_OUT              result directory (/tmp/dedup-bench.DATE-TIME)
@@ -57,7 +58,7 @@ if [ "$BENCH_SMOKE" = 1 ]; then
 	: "${BENCH_GROWTH_SMALL:=10000}" "${BENCH_GROWTH_LARGE:=50000}"
 fi
 : "${BENCH_SWEEP_SIZES:=500000,1000000}" "${BENCH_SWEEP_ROUNDS:=1}" "${BENCH_DURING_ROWS:=}"
-: "${BENCH_DURING_MAX:=8000000}"
+: "${BENCH_DURING_MAX:=8000000}" "${BENCH_SWEEP_DELAY:=10}"
 : "${BENCH_GROWTH_SMALL:=100000}" "${BENCH_GROWTH_LARGE:=2000000}"
 : "${BENCH_OUT:=/tmp/dedup-bench.$(date +%Y%m%d-%H%M%S)}"
 

@@ -95,10 +95,12 @@ check_swept() {
 	[ "$left" = 1 ] || { echo "$1: $left 'old' rows left after the sweep, not 1" >&2; return 1; }
 }
 
-# claims_while_sweeping: one pg_rate of claim_insert.sql while the worker
-# sweeps (it is woken first, and must still be sweeping when the claims end)
+# claims_while_sweeping DELAY: one pg_rate of claim_insert.sql while the
+# worker sweeps with dedup.sweep_batch_delay = DELAY ms (it is woken first,
+# and must still be sweeping when the claims end)
 claims_while_sweeping() {
 	local since tps s
+	worker_conf dedup.sweep_batch_delay="$1"
 	since=$(worker_wake)
 	worker_wait "$since" running >/dev/null
 	tps=$(pg_rate claim_insert.sql)
@@ -154,12 +156,13 @@ bench_sweep() {
 bench_sweep_during() {
 	local rows=$BENCH_DURING_ROWS rate
 	if [ -z "$rows" ]; then
-		# enough for every round's sweep at 3/4 of the rate the worker swept
-		# alone (it shares the CPUs with the claims now), at most
-		# BENCH_DURING_MAX; the note says if a round ran out anyway
+		# enough for every round's two sweeps: at 3/4 of the rate the worker
+		# swept alone (it shares the CPUs with the claims now), and paced
+		# (at most 1/4 of it), at most BENCH_DURING_MAX; the note says if a
+		# round ran out anyway
 		rate=$(stats "sweep_worker_${BENCH_SWEEP_SIZES##*,}" | cut -d' ' -f1)
 		rows=$(awk -v r="$rate" -v s="$BENCH_SECONDS" -v n="$BENCH_ROUNDS" -v max="$BENCH_DURING_MAX" \
-			'BEGIN { x = int(r * (s + 1) * n * 0.75); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
+			'BEGIN { x = int(r * (s + 1) * n); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
 	fi
 	local limit=$((BENCH_SECONDS + 1))
 	[ "$BENCH_SMOKE" = 0 ] || limit=1
@@ -169,8 +172,9 @@ bench_sweep_during() {
 	: >"$BENCH_WORK/during.swept"
 	: >"$BENCH_WORK/during.ran_out"
 	arm claims_no_sweep pg_rate claim_insert.sql
-	arm claims_sweeping claims_while_sweeping
-	rounds claims_no_sweep claims_sweeping
+	arm claims_sweeping claims_while_sweeping 0
+	arm claims_sweeping_paced claims_while_sweeping "$BENCH_SWEEP_DELAY"
+	rounds claims_no_sweep claims_sweeping claims_sweeping_paced
 	local note
 	note="swept $(awk '{ s += $1 } END { print s + 0 }' "$BENCH_WORK/during.swept") rows in all"
 	if [ -s "$BENCH_WORK/during.ran_out" ]; then
@@ -178,6 +182,8 @@ bench_sweep_during() {
 	fi
 	result 9 "single claim, new keys, during a worker sweep" tps \
 		"no sweep" claims_no_sweep "worker sweeping" claims_sweeping "$note"
-	worker_conf dedup.sweep_enabled=off dedup.sweep_max_duration=0
+	result 9b "the same, dedup.sweep_batch_delay = ${BENCH_SWEEP_DELAY}ms" tps \
+		"no sweep" claims_no_sweep "worker sweeping, paced" claims_sweeping_paced
+	worker_conf dedup.sweep_enabled=off dedup.sweep_max_duration=0 dedup.sweep_batch_delay=0
 	psql_q -c "SELECT dedup_sweep()" -c "VACUUM processed_messages" >/dev/null
 }

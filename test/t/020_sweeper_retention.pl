@@ -30,7 +30,9 @@
 #     wake-up can do that);
 #  7. batches: 1050 expired rows with dedup.sweep_batch_size = 100 go in 11
 #     separate transactions of at most 100 rows, oldest first (as the
-#     sweeper's DEBUG1 lines tell);
+#     sweeper's DEBUG1 lines tell); with dedup.sweep_batch_delay = 300ms
+#     the sweeper waits (in pg_stat_activity) at least 300 ms between two
+#     batches, never before the first;
 #  8. claims under pgbench while sweeps delete a 2-second window: no failure,
 #     no in-window claim lost, no message applied twice within the window;
 #  9. dedup.sweep_role: the sweep needs that role's privileges; without
@@ -390,15 +392,18 @@ is(sql('db1', 'SELECT total_rows_deleted, database_state FROM dedup_sweeper'),
 note('7. batches');
 
 # Every batch of the sweeper says at DEBUG1 how many rows of which consumer
-# it deleted, in which transaction, and up to which claim time.
+# it deleted, in which transaction, and up to which claim time; the log line
+# prefix (%m) says when, here in seconds since midnight.
 sub batches_logged
 {
 	my ($offset, $consumer) = @_;
 	my @batches;
 	for my $line (split /\n/, log_from($node, $offset))
 	{
-		push @batches, { n => $1, xid => $2, upto => $3 }
-		  if $line =~ /dedup sweep: deleted (\d+) rows of consumer "\Q$consumer\E" in transaction (\d+), up to (.*)$/;
+		next
+		  unless $line =~ /^\S+ (\d\d):(\d\d):(\d\d\.\d+) .*dedup sweep: deleted (\d+) rows of consumer "\Q$consumer\E" in transaction (\d+), up to (.*)$/;
+		push @batches,
+		  { at => $1 * 3600 + $2 * 60 + $3, n => $4, xid => $5, upto => $6 };
 	}
 	return grep { $_->{n} > 0 } @batches;
 }
@@ -425,6 +430,37 @@ is( scalar(grep { $batches[$_]{upto} lt $batches[ $_ - 1 ]{upto} } 1 .. $#batche
 	0, 'oldest first: each batch ends at a later claim than the one before');
 is( sql('db1', 'SELECT total_rows_deleted FROM dedup_sweeper'),
 	$total_before + 1050, 'view: total_rows_deleted grew by 1050');
+
+# the pause between batches: 5 batches of 100 with 300 ms between them
+set_config('dedup.sweep_batch_delay', '300ms', '300ms');
+$batch_offset = -s $node->logfile;
+sql('db1', qq{
+INSERT INTO processed_messages
+SELECT 'paced', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
+  FROM generate_series(1, 500) i
+UNION ALL VALUES ('paced', 'latest', $L)});
+my $paced_since = sql('db1', 'SELECT clock_timestamp()');
+sql('db1', 'SELECT dedup_sweeper_wake()');
+my $pause_wait =
+  sql('db1', 'SHOW server_version_num') >= 170000
+  ? 'DedupSweepBatchDelay'
+  : 'Extension';
+ok( $node->poll_query_until(
+		'db1', qq{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = 'db1'
+   AND wait_event_type = 'Extension' AND wait_event = '$pause_wait'}),
+	"the sweeper pauses between batches in pg_stat_activity ($pause_wait)");
+wait_sweep_after('db1', $paced_since, '500 expired rows, paced');
+is(count_of('db1', 'paced'), '1', 'paced sweep: the 500 expired rows deleted');
+my @paced = batches_logged($batch_offset, 'paced');
+my @pauses = map { $paced[$_]{at} - $paced[ $_ - 1 ]{at} } 1 .. $#paced;
+is(join(',', map { $_->{n} } @paced), '100,100,100,100,100',
+	'paced sweep: five batches of 100');
+is(scalar(grep { $_ < 0.3 } @pauses), 0,
+	'paced sweep: at least 300 ms between two batches (pauses: '
+	  . join(", ", map { sprintf "%.3f s", $_ } @pauses) . ')');
+set_config('dedup.sweep_batch_delay', undef, '0');
 set_config('dedup.sweep_batch_size', undef, '1000');
 
 ###############################################################################
