@@ -82,6 +82,17 @@ SELECT dedup.dedup_claim('svc', 'with-trigger') AS claimed;
 SELECT count(*) AS audit_rows FROM regress_audit;
 DROP TABLE regress_audit;
 DROP FUNCTION regress_audit_trigger();
+-- nor would a claim check a CHECK constraint or apply row security
+ALTER TABLE dedup.processed_messages
+	ADD CONSTRAINT regress_short_ids CHECK (length(message_id) < 100);
+SELECT dedup.dedup_claim('svc', 'with-check');
+\echo :SQLSTATE
+ALTER TABLE dedup.processed_messages DROP CONSTRAINT regress_short_ids;
+ALTER TABLE dedup.processed_messages ENABLE ROW LEVEL SECURITY;
+SELECT dedup.dedup_claim('svc', 'with-row-security');
+\echo :SQLSTATE
+ALTER TABLE dedup.processed_messages DISABLE ROW LEVEL SECURITY;
+SELECT dedup.dedup_claim('svc', 'after-check-and-row-security') AS claimed;
 
 DROP SCHEMA dedup_trap CASCADE;
 DROP EXTENSION dedup;

@@ -109,8 +109,8 @@ shape_error(Oid relid)
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("table \"%s\" of extension \"dedup\" is not as the extension created it",
 					get_rel_name(relid)),
-			 errdetail("dedup reads and writes it directly, by its columns and indexes, and fires no trigger or rule on it."),
-			 errhint("Remove the triggers, rules, columns or indexes that were added or changed.")));
+			 errdetail("dedup reads and writes it directly, by its columns and indexes: it fires no trigger or rule, checks no CHECK constraint and applies no row security policy."),
+			 errhint("Remove the triggers, rules, CHECK constraints, row security or columns that were added, or restore the indexes it was created with.")));
 }
 
 /*
@@ -192,7 +192,10 @@ relations_load(DedupRelations *rels)
 		!column_is(rel, 1, "consumer_name", TEXTOID) ||
 		!column_is(rel, 2, "message_id", TEXTOID) ||
 		!column_is(rel, 3, "processed_at", TIMESTAMPTZOID) ||
-		rel->trigdesc != NULL || rel->rd_rules != NULL)
+		rel->trigdesc != NULL || rel->rd_rules != NULL ||
+		(RelationGetDescr(rel)->constr != NULL &&
+		 RelationGetDescr(rel)->constr->num_check > 0) ||
+		rel->rd_rel->relrowsecurity)
 		shape_error(rels->messages);
 	rels->messages_key = find_index(rel, messages_key, 2, true);
 	rels->messages_time = find_index(rel, messages_time, 2, false);
