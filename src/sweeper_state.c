@@ -150,8 +150,10 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 	bool		have_slot = false;
 	bool		running = false;
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE ||
+		tupdesc->natts != STATUS_COLS)
+		elog(ERROR, "dedup_sweeper_status must return a record of %d columns",
+			 STATUS_COLS);
 
 	if (DedupShared != NULL)
 	{
