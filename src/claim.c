@@ -594,6 +594,7 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 	const DedupRelations *rels;
 	Relation	rel;
 	ClaimWriter writer;
+	DedupClaimTally tally = {0};
 	int			done = 0;
 
 	PreventCommandDuringRecovery(options->function);
@@ -625,19 +626,21 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 
 			/* count in the caller's context, not the error context */
 			MemoryContextSwitchTo(caller_context);
-			dedup_stats_count(consumer, dedup_claim_failure(code),
+			dedup_stats_tally(&tally, dedup_claim_failure(code),
 							  claim_waited(lock_wait_mark), &start);
+			dedup_stats_flush(consumer, &tally);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
 		outcomes[keys[done].position] = outcome;
 		if (outcome != CLAIM_IN_PROGRESS)
-			dedup_stats_count(consumer,
+			dedup_stats_tally(&tally,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
 							  claim_waited(lock_wait_mark), &start);
 	}
 	claim_writer_end(&writer);
 	table_close(rel, NoLock);
+	dedup_stats_flush(consumer, &tally);
 }
 
 /*

@@ -11,7 +11,9 @@
  * One hash entry per (database, consumer), created by the first claim, with
  * its counters under a spinlock; the table itself under this file's own
  * LWLock (tranche "dedup_claim_stats"), taken shared on the claim path and
- * exclusively only to add or remove entries.  The table has a fixed size,
+ * exclusively only to add or remove entries.  A call tallies its claims in
+ * the backend and takes the locks once, however many keys it claimed
+ * (dedup_stats_tally, dedup_stats_flush).  The table has a fixed size,
  * dedup.max_consumers entries, allocated at startup: claims of consumers
  * that find it full are not counted one by one, only in a total of
  * untracked claims, so that no number of consumers can take shared memory
@@ -383,18 +385,17 @@ outcome_answered(DedupClaimOutcome outcome)
 }
 
 /*
- * A claim of a consumer that found the table full: counted only in the
- * total of untracked claims.  The first one since startup (or the last
+ * Claims of a consumer that found the table full: counted only in the
+ * total of untracked claims.  The first time since startup (or the last
  * dedup_stats_reset()) is logged, naming the consumer and its database --
- * but not from the error path of a failed claim, where no catalog may be
- * read: the next one is logged instead.
+ * but not from the error path of a failed claim (answered is false), where
+ * no catalog may be read: the next time is logged instead.
  */
 static void
-stats_count_untracked(const StatsKey *key, DedupClaimOutcome outcome)
+stats_count_untracked(const StatsKey *key, int64 claims, bool answered)
 {
-	pg_atomic_fetch_add_u64(&stats_shared->untracked_claims, 1);
-	if (!outcome_answered(outcome) ||
-		!pg_atomic_test_set_flag(&stats_shared->full_logged))
+	pg_atomic_fetch_add_u64(&stats_shared->untracked_claims, claims);
+	if (!answered || !pg_atomic_test_set_flag(&stats_shared->full_logged))
 		return;
 	ereport(LOG,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -406,19 +407,14 @@ stats_count_untracked(const StatsKey *key, DedupClaimOutcome outcome)
 }
 
 /*
- * Count one claim of consumer (in the current database) with its outcome,
- * whether it waited for a lock, and its duration since *start (set by the
- * caller only when dedup.track_claims is on, and read only then).  A
- * consumer that finds the table full (dedup.max_consumers) is counted only
- * in the total of untracked claims.
+ * Add one claim to *tally: its outcome, whether it waited for a lock, and
+ * its duration since *start (set by the caller only when
+ * dedup.track_claims is on, and read only then).
  */
 void
-dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited,
-				  const instr_time *start)
+dedup_stats_tally(DedupClaimTally *tally, DedupClaimOutcome outcome,
+				  bool waited, const instr_time *start)
 {
-	StatsKey	key;
-	StatsEntry *entry;
-	TimestampTz now;
 	instr_time	duration;
 	double		ms;
 
@@ -428,6 +424,40 @@ dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited,
 	INSTR_TIME_SET_CURRENT(duration);
 	INSTR_TIME_SUBTRACT(duration, *start);
 	ms = INSTR_TIME_GET_MILLISEC(duration);
+
+	tally->outcomes[outcome]++;
+	if (outcome_answered(outcome))
+	{
+		tally->claim_time += ms;
+		tally->max_claim_time = Max(tally->max_claim_time, ms);
+	}
+	if (waited)
+	{
+		tally->lock_waits++;
+		tally->lock_wait_time += ms;
+	}
+}
+
+/*
+ * Add *tally to the counters of consumer (in the current database), under
+ * the table's lock and the entry's spinlock, once for all the claims of a
+ * call.  A consumer that finds the table full (dedup.max_consumers) is
+ * counted only in the total of untracked claims.
+ */
+void
+dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
+{
+	StatsKey	key;
+	StatsEntry *entry;
+	TimestampTz now;
+	int64		claims = 0;
+	bool		answered;
+
+	for (int i = 0; i < DEDUP_CLAIM_OUTCOMES; i++)
+		claims += tally->outcomes[i];
+	if (stats_hash == NULL || claims == 0)
+		return;
+	answered = tally->outcomes[DEDUP_CLAIMED] + tally->outcomes[DEDUP_DUPLICATE] == claims;
 	now = GetCurrentStatementStartTimestamp();
 
 	key.dboid = MyDatabaseId;
@@ -443,7 +473,7 @@ dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited,
 		if (hash_get_num_entries(stats_hash) >= dedup_max_consumers)
 		{
 			LWLockRelease(stats_shared->lock);
-			stats_count_untracked(&key, outcome);
+			stats_count_untracked(&key, claims, answered);
 			return;
 		}
 		LWLockRelease(stats_shared->lock);
@@ -452,7 +482,7 @@ dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited,
 		if (entry == NULL)
 		{
 			LWLockRelease(stats_shared->lock);
-			stats_count_untracked(&key, outcome);
+			stats_count_untracked(&key, claims, answered);
 			return;
 		}
 		if (!found)
@@ -464,42 +494,22 @@ dedup_stats_count(text *consumer, DedupClaimOutcome outcome, bool waited,
 	}
 
 	SpinLockAcquire(&entry->mutex);
-	switch (outcome)
-	{
-		case DEDUP_CLAIMED:
-			entry->counters.claims++;
-			entry->counters.last_claim = now;
-			break;
-		case DEDUP_DUPLICATE:
-			entry->counters.duplicates++;
-			entry->counters.last_duplicate = now;
-			break;
-		case DEDUP_SERIALIZATION_FAILURE:
-			entry->counters.serialization_failures++;
-			break;
-		case DEDUP_DEADLOCK:
-			entry->counters.deadlocks++;
-			break;
-		case DEDUP_LOCK_TIMEOUT:
-			entry->counters.lock_timeouts++;
-			break;
-		case DEDUP_CANCELED:
-			entry->counters.cancels++;
-			break;
-		case DEDUP_OTHER_ERROR:
-			entry->counters.other_errors++;
-			break;
-	}
-	if (outcome_answered(outcome))
-	{
-		entry->counters.claim_time += ms;
-		entry->counters.max_claim_time = Max(entry->counters.max_claim_time, ms);
-	}
-	if (waited)
-	{
-		entry->counters.lock_waits++;
-		entry->counters.lock_wait_time += ms;
-	}
+	entry->counters.claims += tally->outcomes[DEDUP_CLAIMED];
+	entry->counters.duplicates += tally->outcomes[DEDUP_DUPLICATE];
+	entry->counters.serialization_failures += tally->outcomes[DEDUP_SERIALIZATION_FAILURE];
+	entry->counters.deadlocks += tally->outcomes[DEDUP_DEADLOCK];
+	entry->counters.lock_timeouts += tally->outcomes[DEDUP_LOCK_TIMEOUT];
+	entry->counters.cancels += tally->outcomes[DEDUP_CANCELED];
+	entry->counters.other_errors += tally->outcomes[DEDUP_OTHER_ERROR];
+	if (tally->outcomes[DEDUP_CLAIMED] > 0)
+		entry->counters.last_claim = now;
+	if (tally->outcomes[DEDUP_DUPLICATE] > 0)
+		entry->counters.last_duplicate = now;
+	entry->counters.claim_time += tally->claim_time;
+	entry->counters.max_claim_time = Max(entry->counters.max_claim_time,
+										 tally->max_claim_time);
+	entry->counters.lock_waits += tally->lock_waits;
+	entry->counters.lock_wait_time += tally->lock_wait_time;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(stats_shared->lock);
 }
