@@ -29,7 +29,7 @@ REGRESS = claim claim_many try_claim records claim_errors claim_security schema_
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters claim-many try-claim \
-	sweep-lock
+	sweep-lock claimant-map
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1
@@ -41,7 +41,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 # specs each start a temporary instance configured by test/dedup.conf
 REGRESS_OPTS += --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/dedup.conf
 ISOLATION_OPTS += --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/dedup.conf
-EXTRA_CLEAN = tmp_check_regress/
+EXTRA_CLEAN = tmp_check_regress/ tmp_check_iso/
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
