@@ -282,6 +282,19 @@ $node->safe_psql('postgres', 'CREATE EXTENSION dedup');
 # 3. the launcher in pg_stat_activity
 # ===========================================================================
 
+# 18 and later report the module's name and version
+SKIP:
+{
+	skip 'pg_get_loaded_modules() is new in PostgreSQL 18', 1
+	  if $node->safe_psql('postgres', 'SHOW server_version_num') < 180000;
+	is( $node->safe_psql(
+			'postgres', q{
+SELECT module_name || ' ' || version FROM pg_get_loaded_modules()
+ WHERE file_name = 'dedup.so'}),
+		'dedup 1.1',
+		'PG 18: the loaded module reports its name and version (PG_MODULE_MAGIC_EXT)');
+}
+
 # 17 and later name the wait; before, an extension's waits are all "Extension"
 my $launcher_wait =
   $node->safe_psql('postgres', 'SHOW server_version_num') >= 170000
