@@ -11,8 +11,9 @@
 # instances configured by test/dedup.conf, the TAP tests (test/t/) on their
 # own clusters.  The version the host's Debian ships runs on the host (15 on
 # Debian 12); the others run in Debian chroots made and cached by
-# test/chroot.sh (15: bookworm, 17: trixie, 18: sid).  TAP tests
-# whose tools a suite does not have are skipped, saying so.  MAKE_ARGS go to
+# test/chroot.sh (15: bookworm, 17: trixie, 18: sid).  As root, the whole
+# suite must run: a TAP test whose tools (RabbitMQ, pgbouncer, psycopg, the
+# exporter) a suite does not have fails (DEDUP_REQUIRE_TOOLS).  MAKE_ARGS go to
 # make installcheck (e.g. REGRESS=claim ISOLATION= PROVE_TESTS=test/t/011_claim_dump_restore.pl).
 # Exits non-zero if anything fails, printing the differences and logs.
 # Without root it runs against what is installed, as the current user.
@@ -42,7 +43,7 @@ host_major() {
 run_here() {
 	local pg=$1
 	shift
-	local pg_config=/usr/lib/postgresql/$pg/bin/pg_config as=() hygiene_failed=
+	local pg_config=/usr/lib/postgresql/$pg/bin/pg_config as=() hygiene_failed= require=()
 	if [ "$(id -u)" -eq 0 ]; then
 		# test/setup.sh (packages, build, install), checking that it leaves
 		# the machine and the checkout as they were; in a chroot made by
@@ -58,31 +59,8 @@ run_here() {
 			return 1 ;;
 		esac
 		as=(runuser -u postgres --)
+		require=(DEDUP_REQUIRE_TOOLS=1)
 	fi
-
-	# TAP tests whose tools are not installed here are skipped, loudly
-	# (python as test/perl/DedupTest.pm's find_python looks for it)
-	py_has() { local p; for p in python3 /usr/bin/python3; do "$p" -c "import $1" 2>/dev/null && return 0; done; return 1; }
-	local tests=() t why
-	for t in "$top"/test/t/*.pl; do
-		why=
-		case ${t##*/} in
-		013_*) py_has psycopg2 || why="python3-psycopg2 is not installed" ;;
-		014_*)
-			if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || [ ! -x /usr/bin/epmd ]; then
-				why="rabbitmq-server is not installed"
-			elif ! py_has 'pika, psycopg2'; then
-				why="python3-pika or python3-psycopg2 is not installed"
-			fi ;;
-		030_*) [ -x /usr/bin/prometheus-postgres-exporter ] || why="prometheus-postgres-exporter is not installed" ;;
-		esac
-		if [ -n "$why" ]; then
-			echo "== SKIPPED on PostgreSQL $pg: test/t/${t##*/} ($why)"
-			echo "PostgreSQL $pg: skipped test/t/${t##*/} ($why)" >>"$summary"
-		else
-			tests+=("test/t/${t##*/}")
-		fi
-	done
 
 	# a private copy the tests may write into (results/, tmp_check*/)
 	work=$(mktemp -d /tmp/dedup-test.XXXXXX)
@@ -90,10 +68,6 @@ run_here() {
 		--exclude=./results --exclude=./tmp_check --exclude=./tmp_check_iso \
 		--exclude=./tmp_check_regress --exclude=./output_iso -cf - . | tar -C "$work" -xf -
 	[ "$(id -u)" -eq 0 ] && chown -R postgres: "$work"
-
-	# nothing left to prove: no TAP run at all (an empty PROVE_TESTS means all)
-	local tap=(PROVE_TESTS="${tests[*]}")
-	[ ${#tests[@]} -gt 0 ] || tap=(TAP_TESTS=)
 
 	# the three parts of make installcheck one after the other, so that a
 	# failure in one does not hide the others (MAKE_ARGS: one make run)
@@ -104,23 +78,33 @@ run_here() {
 		name=${part%%:*}
 		read -r -a vars <<<"${part#*:}"
 		echo "== PostgreSQL $pg: make installcheck ($name) in $work"
-		if (cd "$work" && "${as[@]}" env PATH="/usr/lib/postgresql/$pg/bin:$PATH" \
+		if (cd "$work" && "${as[@]}" env PATH="/usr/lib/postgresql/$pg/bin:$PATH" "${require[@]}" \
 			make -s installcheck PG_CONFIG="$pg_config" PROVE_FLAGS="--timer" \
-			"${tap[@]}" "${vars[@]}" "$@"); then
+			"${vars[@]}" "$@"); then
 			echo "PostgreSQL $pg: $name passed" >>"$summary"
 		else
 			echo "PostgreSQL $pg: $name FAILED" >>"$summary"
 			rc=1
 		fi
 	done
-	# the benchmark harness end to end in a few seconds, on the host only:
-	# it fails when something is broken, never because of a ratio
+	# on the host only: the benchmark harnesses end to end in a minute (they
+	# fail when something is broken, never because of a ratio), and
+	# the README's first command (it fails unless every message of its
+	# broker run was applied exactly once)
 	if [ $# -eq 0 ] && [ -z "${DEDUP_IN_CHROOT:-}" ] && [ "$(id -u)" -eq 0 ]; then
 		echo "== PostgreSQL $pg: benchmark smoke run"
-		if PG_BIN=/usr/lib/postgresql/$pg/bin PGPORT=54339 "$top/test/bench/run.sh" --smoke; then
+		if PG_BIN=/usr/lib/postgresql/$pg/bin PGPORT=54339 "$top/test/bench/run.sh" --smoke &&
+			PG_MAJOR=$pg "$top/test/bench/instructions.sh" 100; then
 			echo "PostgreSQL $pg: benchmark smoke run passed" >>"$summary"
 		else
 			echo "PostgreSQL $pg: benchmark smoke run FAILED" >>"$summary"
+			rc=1
+		fi
+		echo "== PostgreSQL $pg: the demo (test/demo.sh)"
+		if PG_MAJOR=$pg PGPORT=54349 "$top/test/demo.sh"; then
+			echo "PostgreSQL $pg: demo passed" >>"$summary"
+		else
+			echo "PostgreSQL $pg: demo FAILED" >>"$summary"
 			rc=1
 		fi
 	fi

@@ -15,8 +15,9 @@
 #     (/etc/postgresql-common/createcluster.d/dedup-tests.conf and
 #     /usr/sbin/policy-rc.d) are put back as they were: removed if they did
 #     not exist, their old contents restored if they did.
-# A package the Debian suite does not have is reported and skipped; test/run.sh
-# then skips the tests that need it.
+# An optional package the Debian suite does not have is reported and skipped:
+# the demo and a plain "make installcheck" do without it (the TAP tests that
+# need it are skipped), test/run.sh fails those tests.
 set -euo pipefail
 
 PG_MAJOR=${PG_MAJOR:-15}
@@ -29,7 +30,7 @@ required=(
 optional=(
 	python3-psycopg2
 	prometheus-postgres-exporter prometheus rabbitmq-server python3-pika
-	pgbouncer python3-psycopg
+	pgbouncer python3-psycopg valgrind
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -98,7 +99,7 @@ if [ "$DEDUP_SETUP" != build ]; then
 	done
 	if [ -z "$update" ]; then
 		for p in "${missing[@]}"; do
-			echo "== package $p is not available here: the tests that need it will be skipped"
+			echo "== package $p is not available here: the tests that need it cannot run"
 		done
 	else
 		# keep Debian from creating and starting its own default cluster, and
@@ -115,7 +116,7 @@ if [ "$DEDUP_SETUP" != build ]; then
 				echo "test/setup.sh: package $p is required and not available from apt" >&2
 				exit 1
 			else
-				echo "== package $p is not available here: the tests that need it will be skipped"
+				echo "== package $p is not available here: the tests that need it cannot run"
 			fi
 		done
 		if [ ${#install[@]} -gt 0 ]; then

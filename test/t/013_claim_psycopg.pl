@@ -33,10 +33,7 @@ use FindBin;
 use lib "$FindBin::Bin/../perl";
 use DedupTest;
 
-# a Python 3 with psycopg2 (test/setup.sh installs python3-psycopg2)
-my $python = find_python('psycopg2');
-ok(defined $python, 'found a python3 with psycopg2')
-  or BAIL_OUT('python3-psycopg2 is required (test/setup.sh installs it)');
+my $python = require_tools(modules => ['psycopg2']);
 
 my $node = PostgreSQL::Test::Cluster->new('psycopg');
 $node->init;

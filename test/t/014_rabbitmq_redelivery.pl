@@ -51,11 +51,9 @@ use Time::HiRes qw(time usleep);
 
 die "test/rabbitmq_consumer.py not found\n" unless -r consumer_script();
 
-# a Python 3 with pika and psycopg2 (test/setup.sh installs python3-pika and
-# python3-psycopg2)
-my $python = find_python('pika', 'psycopg2');
-ok(defined $python, 'found a python3 with pika and psycopg2')
-  or BAIL_OUT('python3-pika and python3-psycopg2 are required (test/setup.sh)');
+my $python = require_tools(
+	modules => [ 'pika', 'psycopg2' ],
+	programs => [ '/usr/lib/rabbitmq/bin/rabbitmq-server', '/usr/bin/epmd' ]);
 
 my $timeout = 60;    # seconds, for every wait below
 my $queue = 'payments';

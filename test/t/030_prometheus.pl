@@ -15,8 +15,7 @@
 #   5. With --auto-discover-databases, a database without dedup costs a
 #      scrape error but not the metrics of the database that has it, as
 #      the queries file says.
-#   6. promtool check rules / test rules on dedup_alerts.yml (skipped only
-#      when promtool is not installed).
+#   6. promtool check rules / test rules on dedup_alerts.yml.
 #
 use strict;
 use warnings;
@@ -29,14 +28,17 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupTest;
+
 my $exporter_bin = $ENV{POSTGRES_EXPORTER} // '/usr/bin/prometheus-postgres-exporter';
 my $promtool = $ENV{PROMTOOL} // '/usr/bin/promtool';
 my $queries = abs_path('test/prometheus/dedup_queries.yaml');
 my $alerts = 'test/prometheus/dedup_alerts.yml';
 my $alerts_test = 'test/prometheus/dedup_alerts_test.yml';
 
-die "$exporter_bin is not installed (test/setup.sh installs prometheus-postgres-exporter)\n"
-  unless -x $exporter_bin;
+require_tools(programs => [ $exporter_bin, $promtool ]);
 die "test/prometheus/dedup_queries.yaml not found: run me from the source directory\n"
   unless defined $queries && -r $queries;
 
@@ -445,19 +447,14 @@ like(
 # 6: promtool
 # ---------------------------------------------------------------------------
 
-SKIP:
-{
-	skip "promtool is not installed at $promtool (test/setup.sh installs it with the prometheus package)", 2
-	  unless -x $promtool;
-	my ($stdout, $stderr) = ('', '');
-	ok(IPC::Run::run([ $promtool, 'check', 'rules', $alerts ], '>', \$stdout, '2>', \$stderr),
-		'promtool check rules dedup_alerts.yml')
-	  or diag("$stdout$stderr");
-	($stdout, $stderr) = ('', '');
-	ok(IPC::Run::run([ $promtool, 'test', 'rules', $alerts_test ], '>', \$stdout, '2>', \$stderr),
-		'promtool test rules dedup_alerts_test.yml')
-	  or diag("$stdout$stderr");
-}
+my ($stdout, $stderr) = ('', '');
+ok(IPC::Run::run([ $promtool, 'check', 'rules', $alerts ], '>', \$stdout, '2>', \$stderr),
+	'promtool check rules dedup_alerts.yml')
+  or diag("$stdout$stderr");
+($stdout, $stderr) = ('', '');
+ok(IPC::Run::run([ $promtool, 'test', 'rules', $alerts_test ], '>', \$stdout, '2>', \$stderr),
+	'promtool test rules dedup_alerts_test.yml')
+  or diag("$stdout$stderr");
 
 $node->stop;
 done_testing();
