@@ -31,8 +31,9 @@
 #   BENCH_SWEEP_SIZES      expired backlogs, comma-separated (500000,1000000; the
 #                          issue's full list: 500000,1000000,2000000,4000000,8000000)
 #   BENCH_SWEEP_ROUNDS     rounds of each sweep size (1)
-#   BENCH_DURING_ROWS      backlog swept during row 9 (default: enough for its
-#                          rounds at the rate measured in row 8, at most
+#   BENCH_DURING_SECONDS   length of each run of claims in row 9 (3)
+#   BENCH_DURING_ROWS      backlog loaded for each run of row 9 (default: enough
+#                          for a run at the rate measured in row 8, at most
 #                          BENCH_DURING_MAX, 8000000)
 #   BENCH_SWEEP_DELAY      dedup.sweep_batch_delay of row 9b, in ms (10)
 #   BENCH_GROWTH_SMALL, BENCH_GROWTH_LARGE   rows stored in row 10 (100000,
@@ -54,11 +55,11 @@ BENCH_SMOKE_TX=50
 : "${BENCH_CLIENTS:=2}" "${BENCH_REDIS_PIPELINE:=16}" "${BENCH_REDIS_PORT:=56379}"
 if [ "$BENCH_SMOKE" = 1 ]; then
 	BENCH_SECONDS=1 BENCH_ROUNDS=1
-	: "${BENCH_SWEEP_SIZES:=20000,40000}" "${BENCH_DURING_ROWS:=50000}"
+	: "${BENCH_SWEEP_SIZES:=20000,40000}" "${BENCH_DURING_ROWS:=20000}"
 	: "${BENCH_GROWTH_SMALL:=10000}" "${BENCH_GROWTH_LARGE:=50000}"
 fi
 : "${BENCH_SWEEP_SIZES:=500000,1000000}" "${BENCH_SWEEP_ROUNDS:=1}" "${BENCH_DURING_ROWS:=}"
-: "${BENCH_DURING_MAX:=8000000}" "${BENCH_SWEEP_DELAY:=10}"
+: "${BENCH_DURING_MAX:=8000000}" "${BENCH_SWEEP_DELAY:=10}" "${BENCH_DURING_SECONDS:=3}"
 : "${BENCH_GROWTH_SMALL:=100000}" "${BENCH_GROWTH_LARGE:=2000000}"
 : "${BENCH_OUT:=/tmp/dedup-bench.$(date +%Y%m%d-%H%M%S)}"
 

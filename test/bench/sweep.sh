@@ -7,7 +7,8 @@
 # last_sweep_start/last_sweep_end) and of one plain DELETE ... WHERE
 # processed_at < cutoff on a copy of the same rows; largest/smallest ratios
 # (linear = about 1) and sweep rate / single-claim rate.  (9) single-claim TPS
-# while the worker sweeps a large backlog vs without a sweep.
+# while the worker sweeps a freshly loaded backlog, at full speed and paced
+# (dedup.sweep_batch_delay), vs on the same backlog without a sweep.
 #
 # Every backlog is consumer 'old': rows 30 days old and one claim now, so
 # with the default 7-day window all but that one are expired.  Each sweep
@@ -95,18 +96,26 @@ check_swept() {
 	[ "$left" = 1 ] || { echo "$1: $left 'old' rows left after the sweep, not 1" >&2; return 1; }
 }
 
-# claims_while_sweeping DELAY: one pg_rate of claim_insert.sql while the
-# worker sweeps with dedup.sweep_batch_delay = DELAY ms (it is woken first,
-# and must still be sweeping when the claims end)
-claims_while_sweeping() {
-	local since tps s
-	worker_conf dedup.sweep_batch_delay="$1"
+# during_claims DELAY: BENCH_DURING_SECONDS of claim_insert.sql on a table
+# holding a fresh backlog of BENCH_DURING_ROWS expired rows (what earlier
+# runs left is swept and vacuumed first, untimed), with the worker sweeping
+# it at dedup.sweep_batch_delay = DELAY ms, or not sweeping (DELAY "none");
+# prints the TPS.  A sweep that ran out of rows before the claims ended is
+# noted (the measurement then includes time without a sweep).
+during_claims() {
+	local delay=$1 since tps s
+	psql_q -c "SELECT dedup_sweep()" -c "VACUUM processed_messages" >/dev/null
+	backlog processed_messages "$BENCH_DURING_ROWS"
+	if [ "$delay" = none ]; then
+		BENCH_SECONDS=$BENCH_DURING_SECONDS pg_rate claim_insert.sql
+		return
+	fi
+	worker_conf dedup.sweep_batch_delay="$delay"
 	since=$(worker_wake)
 	worker_wait "$since" running >/dev/null
-	tps=$(pg_rate claim_insert.sql)
+	tps=$(BENCH_SECONDS=$BENCH_DURING_SECONDS pg_rate claim_insert.sql)
 	read -r -a s <<<"$(worker_wait "$since")"
-	echo "${s[1]}" >>"$BENCH_WORK/during.swept"
-	[ "${s[2]}" = partial ] || echo "${s[2]}" >>"$BENCH_WORK/during.ran_out"
+	[ "${s[2]}" = partial ] || echo "$delay" >>"$BENCH_WORK/during.ran_out"
 	echo "$tps"
 }
 
@@ -154,36 +163,30 @@ bench_sweep() {
 }
 
 bench_sweep_during() {
-	local rows=$BENCH_DURING_ROWS rate
-	if [ -z "$rows" ]; then
-		# enough for every round's two sweeps: at 3/4 of the rate the worker
-		# swept alone (it shares the CPUs with the claims now), and paced
-		# (at most 1/4 of it), at most BENCH_DURING_MAX; the note says if a
-		# round ran out anyway
+	local rate
+	if [ -z "$BENCH_DURING_ROWS" ]; then
+		# enough for a run at the rate the worker swept alone (row 8's
+		# largest backlog), at most BENCH_DURING_MAX
 		rate=$(stats "sweep_worker_${BENCH_SWEEP_SIZES##*,}" | cut -d' ' -f1)
-		rows=$(awk -v r="$rate" -v s="$BENCH_SECONDS" -v n="$BENCH_ROUNDS" -v max="$BENCH_DURING_MAX" \
-			'BEGIN { x = int(r * (s + 1) * n); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
+		BENCH_DURING_ROWS=$(awk -v r="$rate" -v s="$BENCH_DURING_SECONDS" -v max="$BENCH_DURING_MAX" \
+			'BEGIN { x = int(r * (s + 1)); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
 	fi
-	local limit=$((BENCH_SECONDS + 1))
-	[ "$BENCH_SMOKE" = 0 ] || limit=1
-	section "9. claims during a sweep: backlog of $rows rows, each sweep limited to $limit s"
-	backlog processed_messages "$rows"
-	worker_conf dedup.sweep_max_duration="$limit"
-	: >"$BENCH_WORK/during.swept"
+	section "9. claims during a sweep: $BENCH_DURING_SECONDS s of claims, a backlog of $BENCH_DURING_ROWS rows per run"
+	worker_conf dedup.sweep_max_duration=$((BENCH_DURING_SECONDS + 1))
 	: >"$BENCH_WORK/during.ran_out"
-	arm claims_no_sweep pg_rate claim_insert.sql
-	arm claims_sweeping claims_while_sweeping 0
-	arm claims_sweeping_paced claims_while_sweeping "$BENCH_SWEEP_DELAY"
+	arm claims_no_sweep during_claims none
+	arm claims_sweeping during_claims 0
+	arm claims_sweeping_paced during_claims "$BENCH_SWEEP_DELAY"
 	rounds claims_no_sweep claims_sweeping claims_sweeping_paced
-	local note
-	note="swept $(awk '{ s += $1 } END { print s + 0 }' "$BENCH_WORK/during.swept") rows in all"
-	if [ -s "$BENCH_WORK/during.ran_out" ]; then
-		note="$note; in $(wc -l <"$BENCH_WORK/during.ran_out") round(s) the backlog ran out before the claims ended"
-	fi
+	local note= paced_note=
+	[ "$(grep -cx 0 "$BENCH_WORK/during.ran_out")" = 0 ] ||
+		note="in $(grep -cx 0 "$BENCH_WORK/during.ran_out") run(s) the sweep ran out of rows before the claims ended"
+	[ "$(grep -cvx 0 "$BENCH_WORK/during.ran_out")" = 0 ] ||
+		paced_note="in $(grep -cvx 0 "$BENCH_WORK/during.ran_out") run(s) the sweep ran out of rows before the claims ended"
 	result 9 "single claim, new keys, during a worker sweep" tps \
 		"no sweep" claims_no_sweep "worker sweeping" claims_sweeping "$note"
 	result 9b "the same, dedup.sweep_batch_delay = ${BENCH_SWEEP_DELAY}ms" tps \
-		"no sweep" claims_no_sweep "worker sweeping, paced" claims_sweeping_paced
+		"no sweep" claims_no_sweep "worker sweeping, paced" claims_sweeping_paced "$paced_note"
 	worker_conf dedup.sweep_enabled=off dedup.sweep_max_duration=0 dedup.sweep_batch_delay=0
 	psql_q -c "SELECT dedup_sweep()" -c "VACUUM processed_messages" >/dev/null
 }
