@@ -69,6 +69,15 @@ typedef enum ClaimOutcome
 /* SQLSTATE UD001: the same message id claimed with a different fingerprint */
 #define ERRCODE_DEDUP_MESSAGE_ID_REUSED MAKE_SQLSTATE('U','D','0','0','1')
 
+/* for errors: argument argname, or its element number element (from 1) */
+static char *
+key_description(const char *argname, int element)
+{
+	if (element > 0)
+		return psprintf("element %d of argument \"%s\"", element, argname);
+	return psprintf("argument \"%s\"", argname);
+}
+
 /*
  * Raise the error a caller must see, rather than a NULL or a silently
  * truncated key, when a key is unusable: argument argname of function, or
@@ -81,30 +90,26 @@ void
 dedup_check_key(const char *function, const char *argname, int element,
 				Datum value, bool isnull, Size max_bytes)
 {
-	char		what[NAMEDATALEN + 32];
 	Size		len;
-
-	if (element > 0)
-		snprintf(what, sizeof(what), "element %d of argument \"%s\"",
-				 element, argname);
-	else
-		snprintf(what, sizeof(what), "argument \"%s\"", argname);
 
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s of %s must not be null", what, function),
+				 errmsg("%s of %s must not be null",
+						key_description(argname, element), function),
 				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
 
 	len = toast_raw_datum_size(value) - VARHDRSZ;
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s of %s must not be empty", what, function)));
+				 errmsg("%s of %s must not be empty",
+						key_description(argname, element), function)));
 	if (len > max_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("%s of %s is too long", what, function),
+				 errmsg("%s of %s is too long",
+						key_description(argname, element), function),
 				 errdetail("It is %zu bytes; at most %zu bytes are accepted.",
 						   len, max_bytes),
 				 errhint("Claim a digest of long keys, for example encode(sha256(convert_to(key, 'UTF8')), 'hex').")));
@@ -646,10 +651,12 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 /*
  * Check the arguments of a single claim -- consumer, message_id and, if
  * the function has a third argument, a fingerprint (NULL: none) -- and
- * claim it.
+ * claim it.  name is the function's name and call the same with "()",
+ * both for errors (passed as constants: nothing is formatted per call).
  */
 static ClaimOutcome
-claim_one(FunctionCallInfo fcinfo, const char *name, bool wait)
+claim_one(FunctionCallInfo fcinfo, const char *name, const char *call,
+		  bool wait)
 {
 	ClaimOptions options = {0};
 	BatchKey	key;
@@ -659,7 +666,7 @@ claim_one(FunctionCallInfo fcinfo, const char *name, bool wait)
 					DEDUP_MAX_CONSUMER_BYTES);
 	dedup_check_key(name, "message_id", 0, PG_GETARG_DATUM(1), PG_ARGISNULL(1),
 					DEDUP_MAX_MESSAGE_ID_BYTES);
-	options.function = psprintf("%s()", name);
+	options.function = call;
 	options.wait = wait;
 	if (PG_NARGS() > 2 && !PG_ARGISNULL(2))
 	{
@@ -692,7 +699,7 @@ claim_one(FunctionCallInfo fcinfo, const char *name, bool wait)
 Datum
 dedup_claim(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(claim_one(fcinfo, "dedup_claim", true) == CLAIM_CLAIMED);
+	PG_RETURN_BOOL(claim_one(fcinfo, "dedup_claim", "dedup_claim()", true) == CLAIM_CLAIMED);
 }
 
 /*
@@ -707,7 +714,8 @@ Datum
 dedup_try_claim(PG_FUNCTION_ARGS)
 {
 	static const char *const labels[] = {"claimed", "duplicate", "in_progress"};
-	ClaimOutcome outcome = claim_one(fcinfo, "dedup_try_claim", false);
+	ClaimOutcome outcome = claim_one(fcinfo, "dedup_try_claim",
+									 "dedup_try_claim()", false);
 	Oid			status_type = get_fn_expr_rettype(fcinfo->flinfo);
 	Oid			label;
 
