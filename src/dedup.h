@@ -16,6 +16,7 @@
 #include "storage/lockdefs.h"
 #include "storage/lwlock.h"
 #include "utils/relcache.h"
+#include "utils/wait_event.h"
 
 /*
  * Longest consumer name and message id a claim accepts, in bytes.  Both go
@@ -218,7 +219,23 @@ extern void dedup_check_key(const char *function, const char *argname,
 							int element, Datum value, bool isnull,
 							Size max_bytes);
 
-/* launcher.c and sweeper.c: the background workers */
+/*
+ * launcher.c and sweeper.c: the background workers.  A wait of theirs has a
+ * name of its own in pg_stat_activity on PG 17+ (registered once per
+ * process, *event caches it); before, every extension wait is "Extension".
+ */
+static inline uint32
+dedup_wait_event(const char *name, uint32 *event)
+{
+#if PG_VERSION_NUM >= 170000
+	if (*event == 0)
+		*event = WaitEventExtensionNew(name);
+	return *event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
+
 extern void dedup_register_launcher(void);
 extern PGDLLEXPORT void dedup_launcher_main(Datum main_arg);
 extern PGDLLEXPORT void dedup_sweeper_main(Datum main_arg);

@@ -40,7 +40,6 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
-#include "utils/wait_event.h"
 
 #include "dedup.h"
 
@@ -73,20 +72,8 @@ static bool untracked_database = false;
 static bool warned_no_worker_slot = false;
 static bool warned_no_database_slot = false;
 
-/* the launcher's wait between passes, with a name of its own on PG 17+ */
-static uint32
-launcher_wait_event(void)
-{
-#if PG_VERSION_NUM >= 170000
-	static uint32 wait_event = 0;
-
-	if (wait_event == 0)
-		wait_event = WaitEventExtensionNew("DedupLauncherMain");
-	return wait_event;
-#else
-	return PG_WAIT_EXTENSION;
-#endif
-}
+/* the launcher's wait between passes (dedup_wait_event) */
+static uint32 launcher_wait_event = 0;
 
 static void
 launcher_detach(int code, Datum arg)
@@ -524,7 +511,9 @@ dedup_launcher_main(Datum main_arg)
 														 next_wakeup);
 			events |= WL_TIMEOUT;
 		}
-		(void) WaitLatch(MyLatch, events, timeout_ms, launcher_wait_event());
+		(void) WaitLatch(MyLatch, events, timeout_ms,
+						 dedup_wait_event("DedupLauncherMain",
+										  &launcher_wait_event));
 		ResetLatch(MyLatch);
 	}
 }

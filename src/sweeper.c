@@ -46,7 +46,6 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
-#include "utils/wait_event.h"
 
 #include "dedup.h"
 
@@ -268,21 +267,15 @@ sweeper_end(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
-/* the pause between batches, with a name of its own on PG 17+ */
+/* the pause between batches (dedup.sweep_batch_delay) */
 static void
 sweeper_pause(void)
 {
-#if PG_VERSION_NUM >= 170000
-	static uint32 wait_event = 0;
-
-	if (wait_event == 0)
-		wait_event = WaitEventExtensionNew("DedupSweepBatchDelay");
-#else
-	uint32		wait_event = PG_WAIT_EXTENSION;
-#endif
+	static uint32 pause_event = 0;
 
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 dedup_sweep_batch_delay, wait_event);
+					 dedup_sweep_batch_delay,
+					 dedup_wait_event("DedupSweepBatchDelay", &pause_event));
 	ResetLatch(MyLatch);
 }
 

@@ -55,29 +55,26 @@ keys() { awk -v from="$1" -v to="$2" 'BEGIN { for (i = from; i <= to; i++) print
 } | single "$work/template"
 ! grep ERROR "$work/template.log" >&2 || exit 1
 
-# script WORKLOAD N: the statements of a run with N keys
+# script WORKLOAD N: the statements of a run with N keys: one prepared
+# statement, executed with new keys, recorded keys, or batches of 100 new keys
 script() {
-	local workload=$1 n=$2
+	local workload=$1 n=$2 type=text statement ids=new
+	local plain="INSERT INTO plain_messages (consumer_name, message_id)"
 	case $workload in
-	claim_new | counters_off)
-		echo "PREPARE w(text) AS SELECT dedup_claim('bench', \$1);"
-		keys 1 "$n" | sed "s/.*/EXECUTE w('&');/" ;;
-	plain_new)
-		echo "PREPARE w(text) AS INSERT INTO plain_messages (consumer_name, message_id) VALUES ('bench', \$1) ON CONFLICT DO NOTHING;"
-		keys 1 "$n" | sed "s/.*/EXECUTE w('&');/" ;;
-	claim_dup)
-		echo "PREPARE w(text) AS SELECT dedup_claim('dup', \$1);"
-		seq 1 "$n" | sed "s/.*/EXECUTE w('d&');/" ;;
-	plain_dup)
-		echo "PREPARE w(text) AS INSERT INTO plain_messages (consumer_name, message_id) VALUES ('dup', \$1) ON CONFLICT DO NOTHING;"
-		seq 1 "$n" | sed "s/.*/EXECUTE w('d&');/" ;;
-	claim_many)
-		echo "PREPARE w(text[]) AS SELECT dedup_claim_many('bench', \$1);"
-		keys 1 "$n" | paste -d, $(printf -- '- %.0s' $(seq 100)) | sed "s/.*/EXECUTE w('{&}');/" ;;
-	plain_many)
-		echo "PREPARE w(text[]) AS INSERT INTO plain_messages (consumer_name, message_id) SELECT 'bench', k FROM unnest(\$1) k ON CONFLICT DO NOTHING RETURNING message_id;"
-		keys 1 "$n" | paste -d, $(printf -- '- %.0s' $(seq 100)) | sed "s/.*/EXECUTE w('{&}');/" ;;
+	claim_new | counters_off) statement="SELECT dedup_claim('bench', \$1)" ;;
+	plain_new) statement="$plain VALUES ('bench', \$1) ON CONFLICT DO NOTHING" ;;
+	claim_dup) statement="SELECT dedup_claim('dup', \$1)" ids=recorded ;;
+	plain_dup) statement="$plain VALUES ('dup', \$1) ON CONFLICT DO NOTHING" ids=recorded ;;
+	claim_many) type='text[]' statement="SELECT dedup_claim_many('bench', \$1)" ids=batches ;;
+	plain_many) type='text[]' ids=batches \
+		statement="$plain SELECT 'bench', k FROM unnest(\$1) k ON CONFLICT DO NOTHING RETURNING message_id" ;;
 	esac
+	echo "PREPARE w($type) AS $statement;"
+	case $ids in
+	new) keys 1 "$n" ;;
+	recorded) seq 1 "$n" | sed 's/^/d/' ;;
+	batches) keys 1 "$n" | paste -d, $(printf -- '- %.0s' $(seq 100)) | sed 's/.*/{&}/' ;;
+	esac | sed "s/.*/EXECUTE w('&');/"
 }
 
 # instructions WORKLOAD N [OPTION...]: callgrind's total for a run, less
