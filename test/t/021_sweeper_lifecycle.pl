@@ -398,11 +398,13 @@ fails_like($node, 'postgres', 'ALTER ROLE alice SET dedup.nonexistent = 1',
 # 6. DROP DATABASE and ALTER DATABASE RENAME during a long sweep
 # ===========================================================================
 
-# Long sweeps: 200000 expired claims deleted 5 at a time take about 40000
-# transactions, many seconds, longer than DROP DATABASE waits for other
-# sessions to leave (5 s) and than the lock_timeout of DROP EXTENSION below:
-# if the sweeper did not step aside, those would fail.
-set_conf($node, 'dedup.sweep_batch_size' => 5);
+# Long sweeps: 200000 expired claims deleted 5 at a time, with a 1 ms pause
+# between batches, take about 40000 transactions and at least 40 s, longer
+# than DROP DATABASE waits for other sessions to leave (5 s) and than the
+# lock_timeout of DROP EXTENSION below: if the sweeper did not step aside,
+# those would fail.  (Without the pause, a fast machine deleted more than
+# half of them before the checks below could look.)
+set_conf($node, 'dedup.sweep_batch_size' => 5, 'dedup.sweep_batch_delay' => "'1ms'");
 
 my $many = 200_000;
 
@@ -606,7 +608,7 @@ SELECT failed, total > 1000, last_start > first_start, total,
 # 4. SIGTERM and SIGKILL of the launcher
 # ===========================================================================
 
-set_conf($node, 'dedup.sweep_batch_size' => 1000);
+set_conf($node, 'dedup.sweep_batch_size' => 1000, 'dedup.sweep_batch_delay' => 0);
 
 {
 	my $offset = -s $node->logfile;
