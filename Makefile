@@ -22,7 +22,7 @@ OBJS = \
 	src/sweeper.o
 
 EXTENSION = dedup
-DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql
+DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
 REGRESS = claim claim_many try_claim records claim_errors claim_security schema_swap claimants retention retention_windows stats

@@ -22,7 +22,7 @@
 #if PG_VERSION_NUM >= 180000
 PG_MODULE_MAGIC_EXT(
 					.name = "dedup",
-					.version = "1.1"
+					.version = "1.2"
 );
 #else
 PG_MODULE_MAGIC;

@@ -62,7 +62,7 @@ my ($rows, $windows, $counters) =
   map { sql($_) } ($rows_query, $windows_query, $counters_query);
 is($counters, 'audit:1/0 orders:5/3', 'counters before the upgrade');
 
-sql(q{ALTER EXTENSION dedup UPDATE});
+sql(q{ALTER EXTENSION dedup UPDATE TO '1.1'});
 is(sql(q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
 	'1.1', 'updated to 1.1');
 is(sql($rows_query),     $rows,     'every record kept, claim times included');

@@ -72,7 +72,7 @@ is($node->safe_psql('postgres', $v10, extra_params => [ '-U', 'monitor' ]),
 
 # --- the update -------------------------------------------------------------
 
-$node->safe_psql('postgres', 'ALTER EXTENSION dedup UPDATE');
+$node->safe_psql('postgres', q{ALTER EXTENSION dedup UPDATE TO '1.1'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
 	'1.1', 'updated to 1.1');
 is( $node->safe_psql(
