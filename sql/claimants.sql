@@ -73,6 +73,40 @@ SET ROLE regress_shipping;
 SELECT dedup_claim('billing', 'evt-7') AS open_again;
 RESET ROLE;
 
+-- dedup_seen answers only roles that may claim for the consumer: whether an
+-- id was processed is the consumer's business, a monitoring role included
+GRANT EXECUTE ON FUNCTION dedup_seen(text, text) TO regress_shipping, regress_billing;
+SELECT dedup_allow_claimant('billing', 'regress_billing');
+SET ROLE regress_shipping;
+SELECT seen FROM dedup_seen('billing', 'evt-7');
+\echo :SQLSTATE
+SELECT seen FROM dedup_seen('shipping', 'evt-1') AS unmapped_consumer;
+RESET ROLE;
+SET ROLE regress_billing;
+SELECT seen FROM dedup_seen('billing', 'evt-7') AS mapped_role_looks;
+RESET ROLE;
+
+-- a mapping to a role that is dropped maps nothing, and pg_dump leaves it
+-- out (its claimant would be dumped as a bare OID, which in another
+-- cluster may name another role)
+CREATE ROLE regress_leaving;
+SELECT dedup_allow_claimant('audit', 'regress_leaving');
+SET ROLE regress_shipping;
+SELECT dedup_claim('audit', 'evt-1');
+\echo :SQLSTATE
+RESET ROLE;
+DROP ROLE regress_leaving;
+SELECT consumer_name, claimant::text ~ '^[0-9]+$' AS bare_oid
+  FROM dedup_consumer_roles ORDER BY 1;
+SET ROLE regress_shipping;
+SELECT dedup_claim('audit', 'evt-1') AS unmapped_with_the_role;
+RESET ROLE;
+-- what pg_dump would dump: the query it runs, with the extension's filter
+SELECT format('SELECT consumer_name, claimant FROM dedup_consumer_roles %s ORDER BY 1',
+			  e.extcondition[array_position(e.extconfig, 'dedup_consumer_roles'::regclass)])
+  FROM pg_extension e WHERE e.extname = 'dedup'
+\gexec
+
 DROP EXTENSION dedup;
 DROP ROLE regress_billing_worker;
 DROP ROLE regress_billing;

@@ -26,3 +26,97 @@ BEGIN ATOMIC
 	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
 	SELECT @extschema@.dedup_forget_since(consumer, '-infinity'::pg_catalog.timestamptz);
 END;
+
+/* The other bodies that pass literals to the extension's functions. */
+CREATE OR REPLACE FUNCTION @extschema@.dedup_set_retention(consumer text, retention interval)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	INSERT INTO @extschema@.dedup_retention AS r (consumer_name, retention)
+		 VALUES (@extschema@.dedup_valid_consumer(consumer, 'dedup_set_retention'::pg_catalog.text),
+				 @extschema@.dedup_valid_retention(retention))
+	ON CONFLICT (consumer_name) DO UPDATE SET retention = excluded.retention;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.dedup_keep_forever(consumer text)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	INSERT INTO @extschema@.dedup_retention AS r (consumer_name, retention)
+		 VALUES (@extschema@.dedup_valid_consumer(consumer, 'dedup_keep_forever'::pg_catalog.text),
+				 NULL::pg_catalog.interval)
+	ON CONFLICT (consumer_name) DO UPDATE SET retention = NULL::pg_catalog.interval;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.dedup_reset_retention(consumer text)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_reset_retention'::pg_catalog.text);
+	WITH deleted AS (
+		DELETE FROM @extschema@.dedup_retention r
+		 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer
+		RETURNING 1)
+	SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0::pg_catalog.int8 FROM deleted;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.dedup_allow_claimant(consumer text, claimant regrole)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	INSERT INTO @extschema@.dedup_consumer_roles (consumer_name, claimant)
+		 VALUES (@extschema@.dedup_valid_consumer(consumer, 'dedup_allow_claimant'::pg_catalog.text),
+				 claimant)
+	ON CONFLICT DO NOTHING;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.dedup_disallow_claimant(consumer text, claimant regrole)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_disallow_claimant'::pg_catalog.text);
+	WITH deleted AS (
+		DELETE FROM @extschema@.dedup_consumer_roles r
+		 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer
+		   AND r.claimant OPERATOR(pg_catalog.=) claimant
+		RETURNING 1)
+	SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0::pg_catalog.int8 FROM deleted;
+END;
+
+/*
+ * PUBLIC gets USAGE on a new type by default; the claim status is dedup's
+ * own (a column of it in someone's table would hold DROP EXTENSION up).
+ * Calling dedup_try_claim and comparing its result need no USAGE.
+ */
+REVOKE USAGE ON TYPE @extschema@.dedup_claim_status FROM PUBLIC;
+
+/*
+ * The claimant mapping is cached by every backend (claim.c): a change must
+ * reach them however it is made.  A statement trigger does not fire in
+ * logical replication's apply worker, and no ordinary trigger fires with
+ * session_replication_role = replica; these fire always, for each row and
+ * for TRUNCATE.
+ */
+DROP TRIGGER dedup_consumer_roles_changed ON @extschema@.dedup_consumer_roles;
+CREATE TRIGGER dedup_consumer_roles_changed
+	AFTER INSERT OR UPDATE OR DELETE ON @extschema@.dedup_consumer_roles
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+CREATE TRIGGER dedup_consumer_roles_truncated
+	AFTER TRUNCATE ON @extschema@.dedup_consumer_roles
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+ALTER TABLE @extschema@.dedup_consumer_roles
+	ENABLE ALWAYS TRIGGER dedup_consumer_roles_changed,
+	ENABLE ALWAYS TRIGGER dedup_consumer_roles_truncated;
+
+/*
+ * A mapping to a role that has been dropped maps nothing (claim.c), and is
+ * left out of dumps: its claimant would be dumped as a bare OID, which in
+ * another cluster may name another role.
+ */
+SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass,
+		'WHERE claimant OPERATOR(pg_catalog.=) ANY (SELECT a.oid FROM pg_catalog.pg_roles a)'::pg_catalog.text)
+  FROM pg_catalog.pg_class c
+ WHERE c.relnamespace OPERATOR(pg_catalog.=)
+	   (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup'::pg_catalog.name)
+   AND c.relname OPERATOR(pg_catalog.=) 'dedup_consumer_roles'::pg_catalog.name;

@@ -129,12 +129,16 @@ claim_waited(TimestampTz mark)
 
 /*
  * Whether dedup_consumer_roles (OID claimant_map_relid) has any row, as this
- * backend last saw it.  The table's statement trigger
- * (dedup_consumer_roles_changed) invalidates its relcache entry at every
- * change, which every backend processes at its next transaction start and
- * which resets this: claims in a database that maps no consumer pay one
- * test for the check, and a change applies to transactions that start after
- * it commits.
+ * backend last saw it.  Every change of the table invalidates its relcache
+ * entry (dedup_consumer_roles_changed, a row trigger that fires in every
+ * session_replication_role, logical replication's apply included, and a
+ * TRUNCATE trigger), which every backend processes at its next transaction
+ * start at the latest and which resets this.  The table is read with a
+ * snapshot taken after its lock, so after any invalidation that lock
+ * acquisition processed: a change that this snapshot cannot see has not
+ * sent its invalidation yet, and will reset the answer when it does.  Claims
+ * in a database that maps no consumer pay one test for the check, and a
+ * change applies to transactions that start after it commits.
  */
 typedef enum ClaimantMapState
 {
@@ -157,7 +161,8 @@ claimant_map_invalidate(Datum arg, Oid relid)
 static void
 claimant_map_load(Relation roles)
 {
-	TableScanDesc scan = table_beginscan(roles, GetActiveSnapshot(), 0, NULL);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	TableScanDesc scan = table_beginscan(roles, snapshot, 0, NULL);
 	TupleTableSlot *slot = table_slot_create(roles, NULL);
 
 	if (!claimant_callback_registered)
@@ -170,16 +175,21 @@ claimant_map_load(Relation roles)
 		CLAIMANT_MAP_IN_USE : CLAIMANT_MAP_EMPTY;
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
+	UnregisterSnapshot(snapshot);
 }
 
 /*
- * May the current user claim for consumer?  When dedup_consumer_roles maps
- * the consumer to roles, only members of one of them may (superusers are
- * members of every role); an unmapped consumer is open to every holder of
- * EXECUTE on dedup_claim unless dedup.require_consumer_roles is on.
+ * May the current user claim for consumer, or look at its records
+ * (dedup_seen)?  When dedup_consumer_roles maps the consumer to roles, only
+ * members of one of them may (superusers are members of every role); an
+ * unmapped consumer is open to every holder of EXECUTE unless
+ * dedup.require_consumer_roles is on.  A row whose role has been dropped
+ * maps nothing: the role is unmapped with it (pg_dump leaves such rows out,
+ * since a bare OID restored elsewhere would name another role).  function
+ * names the caller for the error.
  */
-static void
-claim_check_claimant(text *consumer)
+void
+dedup_check_claimant(text *consumer, const char *function)
 {
 	const DedupRelations *rels;
 	Relation	roles;
@@ -215,8 +225,10 @@ claim_check_claimant(text *consumer)
 		bool		isnull;
 		Datum		claimant = slot_getattr(slot, 2, &isnull);
 
+		if (isnull || !SearchSysCacheExists1(AUTHOID, claimant))
+			continue;
 		mapped = true;
-		allowed = !isnull && has_privs_of_role(user, DatumGetObjectId(claimant));
+		allowed = has_privs_of_role(user, DatumGetObjectId(claimant));
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
@@ -225,20 +237,22 @@ claim_check_claimant(text *consumer)
 
 	if (allowed || (!mapped && (!dedup_require_consumer_roles || superuser())))
 		return;
+
+	/* the same words whether or not the consumer is mapped: no probing */
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("role \"%s\" may not claim messages for consumer \"%s\"",
-					GetUserNameFromId(user, false), text_to_cstring(consumer)),
-			 mapped ?
-			 errdetail("The consumer is mapped to other roles in dedup_consumer_roles.") :
-			 errdetail("dedup.require_consumer_roles is on and the consumer has no row in dedup_consumer_roles."),
+			 errmsg("role \"%s\" may not use %s for consumer \"%s\"",
+					GetUserNameFromId(user, false), function,
+					text_to_cstring(consumer)),
+			 errdetail("Only roles mapped to the consumer in dedup_consumer_roles may; a consumer without a mapping is open to every role while dedup.require_consumer_roles is off."),
 			 errhint("A superuser can map the consumer to a role with dedup_allow_claimant().")));
 }
 
 /*
- * dedup_consumer_roles_changed(): statement trigger of dedup_consumer_roles.
- * Invalidating the table's relcache entry tells every backend, at commit,
- * to look at the table again before its next claim.
+ * dedup_consumer_roles_changed(): trigger of dedup_consumer_roles, for each
+ * row changed and for TRUNCATE.  Invalidating the table's relcache entry
+ * tells every backend, at commit, to look at the table again before its
+ * next claim.
  */
 Datum
 dedup_consumer_roles_changed(PG_FUNCTION_ARGS)
@@ -246,7 +260,9 @@ dedup_consumer_roles_changed(PG_FUNCTION_ARGS)
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "dedup_consumer_roles_changed must be called as a trigger");
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function dedup_consumer_roles_changed() was not called by the trigger manager")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(NULL);
 }
@@ -271,10 +287,25 @@ typedef struct ClaimWriter
 } ClaimWriter;
 
 static bool
-fingerprints_equal(bytea *a, bytea *b)
+varlenas_equal(Datum a, Datum b)
 {
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+	struct varlena *va = PG_DETOAST_DATUM_PACKED(a);
+	struct varlena *vb = PG_DETOAST_DATUM_PACKED(b);
+
+	return VARSIZE_ANY_EXHDR(va) == VARSIZE_ANY_EXHDR(vb) &&
+		memcmp(VARDATA_ANY(va), VARDATA_ANY(vb), VARSIZE_ANY_EXHDR(va)) == 0;
+}
+
+/* Does the row in slot hold the consumer and message id of the claim? */
+static bool
+same_key(ClaimWriter *writer, TupleTableSlot *slot)
+{
+	bool		isnull;
+
+	return varlenas_equal(slot_getattr(slot, 1, &isnull),
+						  writer->slot->tts_values[0]) &&
+		varlenas_equal(slot_getattr(slot, 2, &isnull),
+					   writer->slot->tts_values[1]);
 }
 
 /*
@@ -288,9 +319,12 @@ fingerprints_equal(bytea *a, bytea *b)
  * (nodeModifyTable.c, ExecCheckTIDVisible).  A row this transaction
  * inserted itself is a duplicate however the snapshot sees it.
  *
- * With a fingerprint, a row recorded with a different one means that the
- * producer reused the message id for another message: an error, never a
- * silent "duplicate".  A row recorded without a fingerprint matches any.
+ * With a fingerprint, a row of the same key recorded with a different one
+ * means that the producer reused the message id for another message: an
+ * error, never a silent "duplicate".  A row recorded without a fingerprint
+ * matches any.  A row found through another unique index a DBA added (of
+ * another consumer, say) is a duplicate by that index, as for ON CONFLICT,
+ * and neither its fingerprint nor its key is ever shown to the caller.
  */
 static void
 claim_check_conflict(ClaimWriter *writer, ItemPointer conflict_tid,
@@ -314,17 +348,17 @@ claim_check_conflict(ClaimWriter *writer, ItemPointer conflict_tid,
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent update")));
-	if (has_fingerprint && writer->natts > FINGERPRINT_ATTNUM - 1)
+	if (has_fingerprint && writer->natts > FINGERPRINT_ATTNUM - 1 &&
+		same_key(writer, slot))
 	{
 		Datum		recorded = slot_getattr(slot, FINGERPRINT_ATTNUM, &isnull);
 
-		if (!isnull && !fingerprints_equal(DatumGetByteaPP(recorded),
-										   DatumGetByteaPP(fingerprint)))
+		if (!isnull && !varlenas_equal(recorded, fingerprint))
 			ereport(ERROR,
 					(errcode(ERRCODE_DEDUP_MESSAGE_ID_REUSED),
 					 errmsg("message id \"%s\" of consumer \"%s\" was claimed before with a different fingerprint",
-							TextDatumGetCString(slot_getattr(slot, 2, &isnull)),
-							TextDatumGetCString(slot_getattr(slot, 1, &isnull))),
+							TextDatumGetCString(writer->slot->tts_values[1]),
+							TextDatumGetCString(writer->slot->tts_values[0])),
 					 errdetail("The producer reused the message id for a different message, or the fingerprint is not computed the same way every time."),
 					 errhint("Give each message its own id.")));
 	}
@@ -415,41 +449,121 @@ claim_writer_end(ClaimWriter *writer)
 }
 
 /*
- * Without waiting for anyone: is there a row with the key of the slot?
- * CLAIM_DUPLICATE (with its TID in *conflict_tid) for a row whose inserting
- * transaction committed (or is ours), CLAIM_IN_PROGRESS for one that
- * another transaction is inserting or deleting right now, CLAIM_CLAIMED for
- * none: the same dirty read of the key index that ON CONFLICT starts with,
- * minus the wait.
+ * Without waiting for anyone: does a row conflict with the claim in the slot
+ * through arbiter index (a unique index or an exclusion constraint, info
+ * its IndexInfo)?  The same dirty read of the index that ON CONFLICT starts
+ * with (check_exclusion_or_unique_constraint in execIndexing.c), minus the
+ * wait: CLAIM_DUPLICATE (with its TID in *conflict_tid) for a row whose
+ * inserting transaction committed (or is ours), CLAIM_IN_PROGRESS for one
+ * that another transaction is inserting or deleting right now,
+ * CLAIM_CLAIMED for none.
  */
 static ClaimOutcome
-claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
+claim_probe_index(ClaimWriter *writer, Relation index, IndexInfo *info,
+				  ItemPointer conflict_tid)
 {
+	EState	   *estate = writer->estate;
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+	TupleTableSlot *existing = writer->conflict_slot;
+	int			nkeys = IndexRelationGetNumberOfKeyAttributes(index);
+	Oid		   *procs = info->ii_ExclusionOps ? info->ii_ExclusionProcs : info->ii_UniqueProcs;
+	uint16	   *strategies = info->ii_ExclusionOps ? info->ii_ExclusionStrats : info->ii_UniqueStrats;
+	Datum		values[INDEX_MAX_KEYS];
+	bool		isnull[INDEX_MAX_KEYS];
+	ScanKeyData keys[INDEX_MAX_KEYS];
 	SnapshotData dirty;
-	ScanKeyData keys[2];
 	IndexScanDesc scan;
 	ClaimOutcome outcome = CLAIM_CLAIMED;
 
-	InitDirtySnapshot(dirty);
-	for (int i = 0; i < 2; i++)
-		dedup_scan_key(&keys[i], writer->key_index, i + 1,
-					   BTEqualStrategyNumber, writer->slot->tts_values[i]);
-	scan = dedup_index_beginscan(writer->rel, writer->key_index, &dirty, 2);
-	index_rescan(scan, keys, 2, NULL, 0);
-	if (index_getnext_slot(scan, ForwardScanDirection, writer->conflict_slot))
+	/* a partial index the claim would not enter, or a null key: no conflict */
+	econtext->ecxt_scantuple = writer->slot;
+	if (info->ii_Predicate != NIL)
 	{
+		if (info->ii_PredicateState == NULL)
+			info->ii_PredicateState = ExecPrepareQual(info->ii_Predicate, estate);
+		if (!ExecQual(info->ii_PredicateState, econtext))
+			return CLAIM_CLAIMED;
+	}
+	FormIndexDatum(info, writer->slot, estate, values, isnull);
+	for (int i = 0; i < nkeys; i++)
+	{
+		if (isnull[i] && !info->ii_NullsNotDistinct)
+			return CLAIM_CLAIMED;
+		ScanKeyEntryInitialize(&keys[i], isnull[i] ? SK_ISNULL | SK_SEARCHNULL : 0,
+							   i + 1, strategies[i], InvalidOid,
+							   index->rd_indcollation[i], procs[i], values[i]);
+	}
+
+	InitDirtySnapshot(dirty);
+	econtext->ecxt_scantuple = existing;
+	scan = dedup_index_beginscan(writer->rel, index, &dirty, nkeys);
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, existing))
+	{
+		/* a lossy index: does the row really conflict? */
+		if (scan->xs_recheck)
+		{
+			Datum		found[INDEX_MAX_KEYS];
+			bool		found_null[INDEX_MAX_KEYS];
+			bool		conflicts = true;
+
+			FormIndexDatum(info, existing, estate, found, found_null);
+			for (int i = 0; conflicts && i < nkeys; i++)
+				conflicts = !found_null[i] &&
+					DatumGetBool(OidFunctionCall2Coll(procs[i],
+													  index->rd_indcollation[i],
+													  found[i], values[i]));
+			if (!conflicts)
+				continue;
+		}
 		/* the dirty snapshot tells of a transaction still at work on it */
 		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
 			outcome = CLAIM_IN_PROGRESS;
 		else
 		{
-			*conflict_tid = writer->conflict_slot->tts_tid;
+			*conflict_tid = existing->tts_tid;
 			outcome = CLAIM_DUPLICATE;
 		}
-		ExecClearTuple(writer->conflict_slot);
+		break;
 	}
 	index_endscan(scan);
+	ExecClearTuple(existing);
 	return outcome;
+}
+
+/*
+ * Without waiting for anyone: the first conflict of the claim in the slot,
+ * through the arbiter indexes open so far, in the order ON CONFLICT checks
+ * them (ExecCheckIndexConstraints): the key first, then the unique indexes
+ * and exclusion constraints a DBA added.  So dedup_try_claim answers
+ * 'duplicate' where dedup_claim answers false, and 'in_progress' where
+ * dedup_claim would wait.
+ */
+static ClaimOutcome
+claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
+{
+	ResultRelInfo *result_rel = writer->result_rel;
+
+	for (int i = 0; i < result_rel->ri_NumIndices; i++)
+	{
+		Relation	index = result_rel->ri_IndexRelationDescs[i];
+		IndexInfo  *info = result_rel->ri_IndexRelationInfo[i];
+		ClaimOutcome outcome;
+
+		if ((!info->ii_Unique && info->ii_ExclusionOps == NULL) ||
+			!info->ii_ReadyForInserts)
+			continue;
+		if (!index->rd_index->indimmediate)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ON CONFLICT does not support deferrable unique constraints/exclusion constraints as arbiters"),
+					 errtableconstraint(writer->rel,
+										RelationGetRelationName(index))));
+		outcome = claim_probe_index(writer, index, info, conflict_tid);
+		if (outcome != CLAIM_CLAIMED)
+			return outcome;
+	}
+	return CLAIM_CLAIMED;
 }
 
 /*
@@ -604,7 +718,7 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 
 	PreventCommandDuringRecovery(options->function);
 	PreventCommandIfReadOnly(options->function);
-	claim_check_claimant(consumer);
+	dedup_check_claimant(consumer, options->function);
 
 	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
 	claim_writer_begin(&writer, rel, rels->messages_key);

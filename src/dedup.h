@@ -214,10 +214,14 @@ extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
 								TimestampTz from, TimestampTz before,
 								int limit, TimestampTz *last);
 
-/* claim.c: the claims, and the argument checks they share with records.c */
+/*
+ * claim.c: the claims, and what they share with records.c: the argument
+ * checks and the consumer -> role mapping (dedup_consumer_roles)
+ */
 extern void dedup_check_key(const char *function, const char *argname,
 							int element, Datum value, bool isnull,
 							Size max_bytes);
+extern void dedup_check_claimant(text *consumer, const char *function);
 
 /*
  * launcher.c and sweeper.c: the background workers.  A wait of theirs has a

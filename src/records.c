@@ -6,7 +6,9 @@
  *
  * dedup_seen only reads (it works in read-only transactions and on a hot
  * standby) and sees what the caller's snapshot sees: committed claims and
- * the caller's own, not another transaction's claim in progress.
+ * the caller's own, not another transaction's claim in progress.  It
+ * answers only roles that may claim for the consumer (dedup_consumer_roles):
+ * whether an id was processed is the consumer's business.
  *
  * dedup_forget and dedup_forget_since delete records so that their messages are processed again
  * when they are redelivered -- a replay on purpose.  Every call is written
@@ -105,6 +107,7 @@ dedup_seen(PG_FUNCTION_ARGS)
 		tupdesc->natts != 2)
 		elog(ERROR, "dedup_seen must return a record of 2 columns");
 
+	dedup_check_claimant(PG_GETARG_TEXT_PP(0), "dedup_seen()");
 	rel = dedup_table_open(DEDUP_MESSAGES, AccessShareLock, false, &rels);
 	seen = find_record(rels, rel, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
 					   &tid, &processed_at);

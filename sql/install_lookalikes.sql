@@ -1,0 +1,99 @@
+--
+-- Look-alikes planted in the extension's schema before CREATE EXTENSION and
+-- ALTER EXTENSION UPDATE: whatever the install path, no routine or view of
+-- dedup may use a function, operator, type or table that is neither in
+-- pg_catalog nor a member of the extension (1.1 bound
+-- dedup_retire_consumer, a SECURITY DEFINER function, to a planted
+-- dedup_forget_since(text, text)); and PUBLIC holds no privilege on any of
+-- its objects.
+--
+-- What the extension's objects, and what belongs to them (a view's rule, a
+-- table's defaults, constraints, indexes and triggers, an array type), use
+-- that is neither theirs nor pg_catalog's nor their schema.
+CREATE TEMP VIEW foreign_uses AS
+WITH RECURSIVE ext AS (
+	SELECT e.oid, e.extnamespace FROM pg_extension e WHERE e.extname = 'dedup'),
+owned(classid, objid) AS (
+	SELECT d.classid, d.objid FROM pg_depend d, ext
+	 WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid
+	   AND d.deptype = 'e'
+	UNION
+	SELECT d.classid, d.objid FROM pg_depend d
+	  JOIN owned o ON d.refclassid = o.classid AND d.refobjid = o.objid
+	 WHERE d.deptype IN ('a', 'i'))
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS object,
+	   pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid) AS uses
+  FROM pg_depend d
+  JOIN owned o ON (d.classid, d.objid) = (o.classid, o.objid)
+ CROSS JOIN ext
+ WHERE (d.refclassid, d.refobjid) NOT IN (SELECT classid, objid FROM owned)
+   AND NOT (d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid)
+   AND NOT (d.refclassid = 'pg_namespace'::regclass
+			AND d.refobjid IN (ext.extnamespace, 'pg_catalog'::regnamespace))
+   AND (pg_identify_object(d.refclassid, d.refobjid, 0)).schema
+	   IS DISTINCT FROM 'pg_catalog';
+
+-- The extension's objects on which PUBLIC holds a privilege (a NULL ACL
+-- means the default one: EXECUTE on functions, USAGE on types).
+CREATE TEMP VIEW public_privileges AS
+SELECT pg_describe_object(d.classid, d.objid, 0) AS object, a.privilege_type
+  FROM pg_depend d
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'dedup'
+  LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+  LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+  LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
+ CROSS JOIN LATERAL aclexplode(COALESCE(
+		p.proacl, acldefault('f', p.proowner),
+		c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner),
+		t.typacl, acldefault('T', t.typowner))) a
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND a.grantee = 0;
+
+-- look-alikes of the extension's functions with other signatures, in the
+-- schema it is installed in, each returning what no real one would
+CREATE FUNCTION dedup_forget_since(consumer text, since text) RETURNS bigint
+	LANGUAGE sql AS 'SELECT 42::bigint';
+CREATE FUNCTION dedup_valid_consumer(consumer text, function_name varchar) RETURNS text
+	LANGUAGE sql AS 'SELECT ''planted''::text';
+CREATE FUNCTION dedup_valid_consumer(consumer varchar, function_name name) RETURNS text
+	LANGUAGE sql AS 'SELECT ''planted''::text';
+CREATE FUNCTION dedup_valid_retention(retention text) RETURNS interval
+	LANGUAGE sql AS 'SELECT interval ''1 microsecond''';
+CREATE FUNCTION dedup_retention_cutoff(latest timestamp, retention interval) RETURNS timestamptz
+	LANGUAGE sql AS 'SELECT ''infinity''::timestamptz';
+CREATE FUNCTION dedup_retention_is_valid(retention text) RETURNS boolean
+	LANGUAGE sql AS 'SELECT true';
+
+-- 1.1 as it was: dedup_retire_consumer, which runs as the extension's owner,
+-- calls the planted function
+CREATE EXTENSION dedup VERSION '1.1';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+SELECT dedup_retire_consumer('gone') AS planted_answer_in_1_1;
+-- and PUBLIC could use its enum type
+SELECT * FROM public_privileges ORDER BY 1, 2;
+
+-- the update binds it again, to the extension's own function
+ALTER EXTENSION dedup UPDATE TO '1.2';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+SELECT * FROM public_privileges ORDER BY 1, 2;
+SELECT dedup_claim('gone', 'evt-1'), dedup_retire_consumer('gone') AS records_retired;
+DROP EXTENSION dedup;
+
+-- every other path to 1.2: from 1.0, and a fresh install
+CREATE EXTENSION dedup VERSION '1.0';
+ALTER EXTENSION dedup UPDATE TO '1.1';
+ALTER EXTENSION dedup UPDATE TO '1.2';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+SELECT * FROM public_privileges ORDER BY 1, 2;
+DROP EXTENSION dedup;
+
+CREATE EXTENSION dedup;
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+SELECT * FROM public_privileges ORDER BY 1, 2;
+SELECT dedup_claim('gone', 'evt-1'), dedup_retire_consumer('gone') AS records_retired;
+DROP EXTENSION dedup;
+
+DROP FUNCTION dedup_forget_since(text, text), dedup_valid_consumer(text, varchar),
+	dedup_valid_consumer(varchar, name), dedup_valid_retention(text),
+	dedup_retention_cutoff(timestamp, interval), dedup_retention_is_valid(text);
