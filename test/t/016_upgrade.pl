@@ -1,6 +1,6 @@
 #
-# 016_upgrade.pl: ALTER EXTENSION dedup UPDATE from 1.0 to 1.1 keeps every
-# record, window and counter, and leaves 1.1 working.
+# 016_upgrade.pl: ALTER EXTENSION dedup UPDATE from 1.0 to 1.1 and 1.2 keeps every
+# record, window, counter and claimant mapping, and leaves 1.1 and 1.2 working.
 #
 # A database gets dedup 1.0 (with the current library: 1.0's SQL objects must
 # keep working with it), claims, duplicates, windows and a consumer kept
@@ -93,6 +93,27 @@ SELECT string_agg(format('%s:%s:%s', p.proname, l.lanname, p.prosqlbody IS NOT N
 	'the retention functions are SQL bodies bound at creation');
 is(sql(q{SELECT dedup_set_retention('orders', '4 days') IS NULL}), 't',
 	'dedup_set_retention works after the upgrade');
+
+# and on to 1.2: everything kept again, the mapping's triggers replaced by
+# ones that fire always
+sql(q{SELECT dedup_allow_claimant('audit', 'pg_monitor')});
+($rows, $windows) = map { sql($_) } ($rows_query, $windows_query);
+$counters = sql($counters_query);
+sql(q{ALTER EXTENSION dedup UPDATE TO '1.2'});
+is(sql(q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
+	'1.2', 'updated to 1.2');
+is(sql($rows_query),     $rows,     '1.2: every record kept');
+is(sql($windows_query),  $windows,  '1.2: every window kept');
+is(sql($counters_query), $counters, '1.2: every counter kept');
+is( sql(q{
+SELECT string_agg(format('%s:%s', tgname, tgenabled), ' ' ORDER BY tgname)
+  FROM pg_trigger WHERE tgrelid = 'dedup_consumer_roles'::regclass}),
+	'dedup_consumer_roles_changed:A dedup_consumer_roles_truncated:A',
+	'1.2: the mapping tells every backend of a change, however it is written');
+is(sql(q{SELECT string_agg(claimant::text, ' ') FROM dedup_consumer_roles WHERE consumer_name = 'audit'}),
+	'pg_monitor', '1.2: the mapping kept');
+is(sql(q{SELECT dedup_claim('orders', 'o-1.2'), dedup_claim('orders', 'o-1.2')}),
+	't|f', '1.2: claims');
 
 # the sweeper sweeps the upgraded database: 'orders' rows older than its
 # window go, 'audit' (forever) keeps even its 10-year-old row
