@@ -125,7 +125,20 @@ sub deliveries
 	return grep { ($_->{event} // '') eq 'delivery' } records();
 }
 
-# faults, at applications counted in the database
+# Is every consumer connected, crashy's current generation included?  A
+# fault is injected only then: a consumer that is still reconnecting from
+# the last one (or, for crashy, still starting) would not see it.
+sub consumers_connected
+{
+	return $node->safe_psql(
+		$db, qq{
+SELECT count(DISTINCT application_name) FROM pg_stat_activity
+ WHERE application_name IN ('retry-2', 'retry-3', 'requeue', 'crashy-$generation')}
+	) == 4;
+}
+
+# faults, at applications counted in the database (once every consumer is
+# connected)
 my @faults = ([ 80, 'terminate' ], [ 180, 'restart' ], [ 280, 'terminate' ]);
 my @done;
 my $drained = 0;
@@ -138,7 +151,7 @@ while (time() < $deadline)
 		start_crashy();
 	}
 	my $applied = $node->safe_psql($db, 'SELECT count(*) FROM applied');
-	if (@faults && $applied >= $faults[0][0])
+	if (@faults && $applied >= $faults[0][0] && consumers_connected())
 	{
 		my ($at, $what) = @{ shift @faults };
 		if ($what eq 'terminate')
