@@ -12,6 +12,16 @@
  * indexes are recognised by their key columns, not their names.  From then
  * on everything is opened by OID.
  *
+ * The claim, the sweep and the forgets write and read the tables directly:
+ * no trigger, rule, CHECK constraint, row security policy, default or
+ * partition bound of the table applies to them.  So each table is checked
+ * to be as the extension created it, in every respect they would otherwise
+ * silently skip (columns and their types, collations, NOT NULL and
+ * defaults; logged; no inheritance; plain btree indexes of the default
+ * operator classes), and refused with an error naming what to undo if not.
+ * Dropped columns are skipped, and fingerprint is found by name: a column
+ * dropped before 1.1 added it moves it past attribute number 4.
+ *
  * The OIDs are cached per backend and forgotten on any relcache
  * invalidation of one of the tables (DROP EXTENSION, ALTER EXTENSION
  * UPDATE, ALTER TABLE), and looked up again at next use.
