@@ -63,9 +63,6 @@ typedef enum ClaimOutcome
 	CLAIM_IN_PROGRESS			/* another open transaction is at it */
 } ClaimOutcome;
 
-/* the column of processed_messages that holds fingerprints (from 1.1) */
-#define FINGERPRINT_ATTNUM 4
-
 /* SQLSTATE UD001: the same message id claimed with a different fingerprint */
 #define ERRCODE_DEDUP_MESSAGE_ID_REUSED MAKE_SQLSTATE('U','D','0','0','1')
 
@@ -280,7 +277,8 @@ typedef struct ClaimWriter
 	Relation	key_index;		/* the (consumer_name, message_id) key */
 	List	   *indexes;		/* OIDs of all the table's indexes */
 	bool		all_indexes_open;	/* or only the key, so far */
-	int			natts;			/* 3 before 1.1 (no fingerprint column) */
+	int			natts;			/* its attributes, dropped ones included */
+	AttrNumber	fingerprint_attnum; /* 0 before 1.1 (no fingerprint column) */
 	TupleTableSlot *slot;		/* the claim being inserted */
 	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
 	MemoryContext caller_context;
@@ -348,10 +346,11 @@ claim_check_conflict(ClaimWriter *writer, ItemPointer conflict_tid,
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent update")));
-	if (has_fingerprint && writer->natts > FINGERPRINT_ATTNUM - 1 &&
+	if (has_fingerprint && writer->fingerprint_attnum != 0 &&
 		same_key(writer, slot))
 	{
-		Datum		recorded = slot_getattr(slot, FINGERPRINT_ATTNUM, &isnull);
+		Datum		recorded = slot_getattr(slot, writer->fingerprint_attnum,
+											&isnull);
 
 		if (!isnull && !varlenas_equal(recorded, fingerprint))
 			ereport(ERROR,
@@ -411,13 +410,15 @@ claim_writer_open_other_indexes(ClaimWriter *writer)
 }
 
 static void
-claim_writer_begin(ClaimWriter *writer, Relation rel, Oid key_index)
+claim_writer_begin(ClaimWriter *writer, Relation rel, Oid key_index,
+				   AttrNumber fingerprint_attnum)
 {
 	ResultRelInfo *result_rel;
 	int			nindexes;
 
 	writer->rel = rel;
 	writer->natts = RelationGetDescr(rel)->natts;
+	writer->fingerprint_attnum = fingerprint_attnum;
 	writer->caller_context = CurrentMemoryContext;
 	writer->estate = CreateExecutorState();
 	MemoryContextSwitchTo(writer->estate->es_query_cxt);
@@ -591,14 +592,16 @@ claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id,
 
 	MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 	ExecClearTuple(slot);
-	memset(slot->tts_isnull, 0, writer->natts * sizeof(bool));
+	/* NULL in every other attribute: dropped ones, a missing fingerprint */
+	memset(slot->tts_isnull, true, writer->natts * sizeof(bool));
 	slot->tts_values[0] = consumer;
 	slot->tts_values[1] = message_id;
 	slot->tts_values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	if (writer->natts >= FINGERPRINT_ATTNUM)
+	memset(slot->tts_isnull, false, 3 * sizeof(bool));
+	if (writer->fingerprint_attnum != 0 && has_fingerprint)
 	{
-		slot->tts_values[FINGERPRINT_ATTNUM - 1] = fingerprint;
-		slot->tts_isnull[FINGERPRINT_ATTNUM - 1] = !has_fingerprint;
+		slot->tts_values[writer->fingerprint_attnum - 1] = fingerprint;
+		slot->tts_isnull[writer->fingerprint_attnum - 1] = false;
 	}
 	ExecStoreVirtualTuple(slot);
 
@@ -721,7 +724,8 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 	dedup_check_claimant(consumer, options->function);
 
 	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
-	claim_writer_begin(&writer, rel, rels->messages_key);
+	claim_writer_begin(&writer, rel, rels->messages_key,
+					   rels->fingerprint_attnum);
 	for (; done < nkeys; done++)
 	{
 		TimestampTz lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);

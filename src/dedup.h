@@ -59,6 +59,7 @@ typedef struct DedupRelations
 	Oid			messages;		/* processed_messages */
 	Oid			messages_key;	/* its (consumer_name, message_id) key */
 	Oid			messages_time;	/* its (consumer_name, processed_at) index */
+	AttrNumber	fingerprint_attnum; /* its fingerprint column (1.1), or 0 */
 	Oid			retention;		/* dedup_retention */
 	Oid			retention_key;	/* its (consumer_name) key */
 	Oid			consumer_roles; /* dedup_consumer_roles (1.1), or invalid */

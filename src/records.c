@@ -24,6 +24,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -140,6 +141,8 @@ dedup_forget(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("dedup_forget()");
 
 	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
+	/* what a DELETE checks: a publication may need the rows' identity */
+	CheckCmdReplicaIdentity(rel, CMD_DELETE);
 	if (find_record(rels, rel, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
 					&tid, &processed_at))
 	{

@@ -12,6 +12,16 @@
  * indexes are recognised by their key columns, not their names.  From then
  * on everything is opened by OID.
  *
+ * The claim, the sweep and the forgets write and read the tables directly:
+ * no trigger, rule, CHECK constraint, row security policy, default or
+ * partition bound of the table applies to them.  So each table is checked
+ * to be as the extension created it, in every respect they would otherwise
+ * silently skip (columns and their types, collations, NOT NULL and
+ * defaults; logged; no inheritance; plain btree indexes of the default
+ * operator classes), and refused with an error naming what to undo if not.
+ * Dropped columns are skipped, and fingerprint is found by name: a column
+ * dropped before 1.1 added it moves it past attribute number 4.
+ *
  * The OIDs are cached per backend and forgotten on any relcache
  * invalidation of one of the tables (DROP EXTENSION, ALTER EXTENSION
  * UPDATE, ALTER TABLE), and looked up again at next use.
@@ -25,13 +35,21 @@
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/indexing.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
+#include "commands/defrem.h"
+#include "nodes/primnodes.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/reltrigger.h"
+#include "utils/syscache.h"
 
 #include "dedup.h"
 
@@ -51,9 +69,225 @@ relations_invalidate(Datum arg, Oid relid)
 }
 
 /*
- * The OID of the index of table rel whose key columns are exactly the
- * attribute numbers attnums[0..natts-1], in that order, and that is unique
- * if the caller asks for it; InvalidOid if there is none.
+ * The error for a table of the extension that was changed in a way the
+ * claim, the sweep or the maintenance functions would not honour: the
+ * errdetail says what is wrong, the errhint what to undo.
+ */
+#define shape_error(rel, ...) \
+	ereport(ERROR, \
+			errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), \
+			errmsg("table \"%s\" of extension \"dedup\" is not as the extension created it", \
+				   RelationGetRelationName(rel)), \
+			__VA_ARGS__)
+
+/* rel's name, schema-qualified and quoted, for hints */
+static char *
+qualified_name(Relation rel)
+{
+	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+									  RelationGetRelationName(rel));
+}
+
+/*
+ * The table rel inherits from, or is a partition of; InvalidOid if none.
+ */
+static Oid
+inheritance_parent(Relation rel)
+{
+	Relation	inherits = table_open(InheritsRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			parent = InvalidOid;
+
+	ScanKeyInit(&key, Anum_pg_inherits_inhrelid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(RelationGetRelid(rel)));
+	scan = systable_beginscan(inherits, InheritsRelidSeqnoIndexId, true,
+							  NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		parent = ((Form_pg_inherits) GETSTRUCT(tuple))->inhparent;
+	systable_endscan(scan);
+	table_close(inherits, AccessShareLock);
+	return parent;
+}
+
+/*
+ * What every table of the extension must be: logged, and on its own.  An
+ * unlogged table is emptied by a crash; rows of a table in an inheritance
+ * tree are reached through other tables that dedup never looks at, and a
+ * partition has bounds that dedup never checks.
+ */
+static void
+check_table(Relation rel)
+{
+	Oid			parent;
+	List	   *children;
+
+	if (rel->rd_rel->relpersistence != RELPERSISTENCE_PERMANENT)
+		shape_error(rel,
+					errdetail("It is unlogged, so a crash would empty it."),
+					errhint("Make it logged again with ALTER TABLE %s SET LOGGED.",
+							qualified_name(rel)));
+	parent = inheritance_parent(rel);
+	if (OidIsValid(parent) && rel->rd_rel->relispartition)
+		shape_error(rel,
+					errdetail("It is a partition of table \"%s\", whose partition bounds dedup does not check.",
+							  get_rel_name(parent)),
+					errhint("Detach it with ALTER TABLE %s DETACH PARTITION %s.",
+							quote_qualified_identifier(get_namespace_name(get_rel_namespace(parent)),
+													   get_rel_name(parent)),
+							qualified_name(rel)));
+	if (OidIsValid(parent))
+		shape_error(rel,
+					errdetail("It inherits from table \"%s\", through which its rows can be read and changed with that table's privileges.",
+							  get_rel_name(parent)),
+					errhint("Remove the inheritance with ALTER TABLE %s NO INHERIT %s.",
+							qualified_name(rel),
+							quote_qualified_identifier(get_namespace_name(get_rel_namespace(parent)),
+													   get_rel_name(parent))));
+	children = find_inheritance_children(RelationGetRelid(rel), NoLock);
+	if (children != NIL)
+		shape_error(rel,
+					errdetail("Table \"%s\" inherits from it: dedup never reads or deletes that table's rows, though queries of this table return them.",
+							  get_rel_name(linitial_oid(children))),
+					errhint("Remove the inheritance with ALTER TABLE %s NO INHERIT %s, or drop table \"%s\".",
+							quote_qualified_identifier(get_namespace_name(get_rel_namespace(linitial_oid(children))),
+													   get_rel_name(linitial_oid(children))),
+							qualified_name(rel),
+							get_rel_name(linitial_oid(children))));
+}
+
+/*
+ * Check that column attnum of rel is called name, of type type, without a
+ * type modifier, in the type's own collation (the database's default for
+ * text): the claim and the sweep build and read tuples of exactly this shape
+ * and compare values as the extension's indexes do.
+ */
+static void
+check_column(Relation rel, AttrNumber attnum, const char *name, Oid type)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Form_pg_attribute att;
+
+	if (attnum > desc->natts ||
+		TupleDescAttr(desc, attnum - 1)->attisdropped ||
+		strcmp(NameStr(TupleDescAttr(desc, attnum - 1)->attname), name) != 0)
+		shape_error(rel,
+					errdetail("Its column \"%s\" was dropped, renamed or moved.", name),
+					errhint("Recreate the extension's objects: dump the table's rows, drop and create the extension again, and restore them."));
+	att = TupleDescAttr(desc, attnum - 1);
+	if (att->atttypid != type || att->atttypmod != -1)
+		shape_error(rel,
+					errdetail("Its column \"%s\" is no longer of type %s.",
+							  name, format_type_be(type)),
+					errhint("Change it back with ALTER TABLE %s ALTER COLUMN %s TYPE %s.",
+							qualified_name(rel), quote_identifier(name),
+							format_type_be(type)));
+	if (att->attcollation != get_typcollation(type))
+		shape_error(rel,
+					errdetail("Its column \"%s\" no longer has the database's default collation, in which dedup compares its values.",
+							  name),
+					errhint("Change it back with ALTER TABLE %s ALTER COLUMN %s TYPE %s COLLATE \"default\".",
+							qualified_name(rel), quote_identifier(name),
+							format_type_be(type)));
+}
+
+/*
+ * Check that column attnum of processed_messages, called name, is NOT NULL
+ * or not, and has the default now() or none, as the extension created it:
+ * a claim writes every column itself, so it would ignore any other default,
+ * and it stores NULL in fingerprint when it has none.
+ */
+static void
+check_column_fill(Relation rel, AttrNumber attnum, const char *name,
+				  bool notnull, bool default_now)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Form_pg_attribute att = TupleDescAttr(desc, attnum - 1);
+	Node	   *expr = NULL;
+
+	if (att->attnotnull && !notnull)
+		shape_error(rel,
+					errdetail("Its column \"%s\" was made NOT NULL, but claims without a fingerprint store NULL in it.",
+							  name),
+					errhint("Drop it with ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL.",
+							qualified_name(rel), quote_identifier(name)));
+	if (!att->attnotnull && notnull)
+		shape_error(rel,
+					errdetail("Its column \"%s\" is no longer NOT NULL.", name),
+					errhint("Restore it with ALTER TABLE %s ALTER COLUMN %s SET NOT NULL.",
+							qualified_name(rel), quote_identifier(name)));
+
+	if (att->atthasdef)
+	{
+		for (int i = 0; i < desc->constr->num_defval; i++)
+		{
+			if (desc->constr->defval[i].adnum == attnum)
+				expr = stringToNode(desc->constr->defval[i].adbin);
+		}
+	}
+	if (expr != NULL && !default_now)
+		shape_error(rel,
+					errdetail("Its column \"%s\" has a default, which claims would not use: they write every column themselves.",
+							  name),
+					errhint("Drop it with ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT.",
+							qualified_name(rel), quote_identifier(name)));
+	if (default_now &&
+		(expr == NULL || !IsA(expr, FuncExpr) ||
+		 ((FuncExpr *) expr)->funcid != F_NOW ||
+		 ((FuncExpr *) expr)->args != NIL))
+		shape_error(rel,
+					errdetail("Its column \"%s\" no longer defaults to now(), the time claims store in it.",
+							  name),
+					errhint("Restore the default with ALTER TABLE %s ALTER COLUMN %s SET DEFAULT pg_catalog.now().",
+							qualified_name(rel), quote_identifier(name)));
+}
+
+/*
+ * Is index a plain btree index of rel on exactly the columns attnums[0..
+ * natts-1], in that order, ascending with nulls last, each with the default
+ * btree operator class of its type and its own collation, without
+ * expressions or predicate, valid and checked immediately, and unique if
+ * the caller asks for it?  Only such an index orders and finds rows as the
+ * scan keys of claims, forgets and sweeps (dedup_scan_key) expect.
+ */
+static bool
+index_is_plain(Relation rel, Relation index, const AttrNumber *attnums,
+			   int natts, bool unique)
+{
+	Form_pg_index form = index->rd_index;
+	oidvector  *opclasses;
+	bool		isnull;
+
+	if (index->rd_rel->relam != BTREE_AM_OID ||
+		form->indnkeyatts != natts ||
+		(unique && !form->indisunique) ||
+		!form->indisvalid || !form->indimmediate ||
+		RelationGetIndexExpressions(index) != NIL ||
+		RelationGetIndexPredicate(index) != NIL)
+		return false;
+	opclasses = (oidvector *) DatumGetPointer(SysCacheGetAttr(INDEXRELID,
+															  index->rd_indextuple,
+															  Anum_pg_index_indclass,
+															  &isnull));
+	for (int i = 0; i < natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel),
+											  attnums[i] - 1);
+
+		if (form->indkey.values[i] != attnums[i] ||
+			opclasses->values[i] != GetDefaultOpClass(att->atttypid, BTREE_AM_OID) ||
+			index->rd_indoption[i] != 0 ||
+			index->rd_indcollation[i] != att->attcollation)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The OID of a plain index of rel (index_is_plain) on the columns
+ * attnums[0..natts-1]; InvalidOid if there is none.
  */
 static Oid
 find_index(Relation rel, const AttrNumber *attnums, int natts, bool unique)
@@ -65,15 +299,8 @@ find_index(Relation rel, const AttrNumber *attnums, int natts, bool unique)
 	foreach(lc, indexes)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
-		Form_pg_index form = index->rd_index;
-		bool		match = (form->indnkeyatts == natts &&
-							 (!unique || form->indisunique) &&
-							 form->indisvalid && form->indimmediate &&
-							 RelationGetIndexExpressions(index) == NIL &&
-							 RelationGetIndexPredicate(index) == NIL);
+		bool		match = index_is_plain(rel, index, attnums, natts, unique);
 
-		for (int i = 0; match && i < natts; i++)
-			match = (form->indkey.values[i] == attnums[i]);
 		index_close(index, AccessShareLock);
 		if (match)
 		{
@@ -86,31 +313,86 @@ find_index(Relation rel, const AttrNumber *attnums, int natts, bool unique)
 }
 
 /*
- * Is column attnum of rel called name and of type typid?  The claim and the
- * sweep build and read tuples of exactly this shape.
+ * processed_messages: the extension's columns and nothing else besides
+ * dropped ones, and nothing that a claim, a forget or a sweep, which write
+ * the table directly, would not fire, check or apply.  Returns the attribute
+ * number of fingerprint, 0 if there is none (version 1.0 of the SQL
+ * objects, before_fingerprint): 4, or later if a column was dropped before
+ * 1.1 added it.
  */
-static bool
-column_is(Relation rel, AttrNumber attnum, const char *name, Oid typid)
+static AttrNumber
+check_messages(Relation rel, bool before_fingerprint)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
-	Form_pg_attribute att;
+	AttrNumber	fingerprint = 0;
 
-	if (attnum > desc->natts)
-		return false;
-	att = TupleDescAttr(desc, attnum - 1);
-	return !att->attisdropped && att->atttypid == typid &&
-		strcmp(NameStr(att->attname), name) == 0;
-}
+	check_table(rel);
+	check_column(rel, 1, "consumer_name", TEXTOID);
+	check_column(rel, 2, "message_id", TEXTOID);
+	check_column(rel, 3, "processed_at", TIMESTAMPTZOID);
+	for (AttrNumber attnum = 4; attnum <= desc->natts; attnum++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, attnum - 1);
 
-static void
-shape_error(Oid relid)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("table \"%s\" of extension \"dedup\" is not as the extension created it",
-					get_rel_name(relid)),
-			 errdetail("dedup reads and writes it directly, by its columns and indexes: it fires no trigger or rule, checks no CHECK constraint and applies no row security policy."),
-			 errhint("Remove the triggers, rules, CHECK constraints, row security or columns that were added, or restore the indexes it was created with.")));
+		if (att->attisdropped)
+			continue;
+		if (fingerprint != 0 || before_fingerprint ||
+			strcmp(NameStr(att->attname), "fingerprint") != 0)
+			shape_error(rel,
+						errdetail("It has a column \"%s\" that the extension did not create, which claims would leave empty.",
+								  NameStr(att->attname)),
+						errhint("Drop it with ALTER TABLE %s DROP COLUMN %s.",
+								qualified_name(rel),
+								quote_identifier(NameStr(att->attname))));
+		check_column(rel, attnum, "fingerprint", BYTEAOID);
+		fingerprint = attnum;
+	}
+	if (fingerprint == 0 && !before_fingerprint)
+		shape_error(rel,
+					errdetail("Its column \"fingerprint\" was dropped."),
+					errhint("Add it back with ALTER TABLE %s ADD COLUMN fingerprint bytea.",
+							qualified_name(rel)));
+	check_column_fill(rel, 1, "consumer_name", true, false);
+	check_column_fill(rel, 2, "message_id", true, false);
+	check_column_fill(rel, 3, "processed_at", true, true);
+	if (fingerprint != 0)
+		check_column_fill(rel, fingerprint, "fingerprint", false, false);
+
+	if (rel->trigdesc != NULL)
+	{
+		Trigger    *trigger = &rel->trigdesc->triggers[0];
+
+		if (OidIsValid(trigger->tgconstraint))
+			shape_error(rel,
+						errdetail("Constraint \"%s\", a foreign key or constraint trigger, has triggers on it that claims, forgets and sweeps would not fire.",
+								  get_constraint_name(trigger->tgconstraint)),
+						errhint("Drop constraint \"%s\" from the table that has it.",
+								get_constraint_name(trigger->tgconstraint)));
+		shape_error(rel,
+					errdetail("It has trigger \"%s\", which claims, forgets and sweeps would not fire.",
+							  trigger->tgname),
+					errhint("Drop it with DROP TRIGGER %s ON %s.",
+							quote_identifier(trigger->tgname),
+							qualified_name(rel)));
+	}
+	if (rel->rd_rules != NULL)
+		shape_error(rel,
+					errdetail("It has a rule, which claims, forgets and sweeps would not apply."),
+					errhint("Drop each of its rules with DROP RULE ... ON %s.",
+							qualified_name(rel)));
+	if (desc->constr != NULL && desc->constr->num_check > 0)
+		shape_error(rel,
+					errdetail("It has CHECK constraint \"%s\", which claims would not check.",
+							  desc->constr->check[0].ccname),
+					errhint("Drop it with ALTER TABLE %s DROP CONSTRAINT %s.",
+							qualified_name(rel),
+							quote_identifier(desc->constr->check[0].ccname)));
+	if (rel->rd_rel->relrowsecurity)
+		shape_error(rel,
+					errdetail("Row security is enabled on it, and claims, forgets and sweeps would not apply its policies."),
+					errhint("Disable it with ALTER TABLE %s DISABLE ROW LEVEL SECURITY.",
+							qualified_name(rel)));
+	return fingerprint;
 }
 
 /*
@@ -179,49 +461,58 @@ relations_load(DedupRelations *rels)
 	rels->retention = member_table(rels->extension, rels->schema,
 								   "dedup_retention");
 	if (!OidIsValid(rels->messages) || !OidIsValid(rels->retention))
-		shape_error(OidIsValid(rels->messages) ? rels->messages : rels->retention);
-	/* dedup_consumer_roles exists from version 1.1 on */
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("table \"%s\" of extension \"dedup\" is missing",
+					   OidIsValid(rels->messages) ? "dedup_retention" : "processed_messages"),
+				errdetail("It is not in the extension's schema, or it is no longer a member of the extension."),
+				errhint("Restore it, or drop and create the extension again."));
+	/* dedup_consumer_roles exists from version 1.1 on, as fingerprint */
 	rels->consumer_roles = member_table(rels->extension, rels->schema,
 										"dedup_consumer_roles");
 
 	rel = table_open(rels->messages, AccessShareLock);
-	/* 1.1 added a fourth column, fingerprint */
-	if (RelationGetDescr(rel)->natts < 3 || RelationGetDescr(rel)->natts > 4 ||
-		(RelationGetDescr(rel)->natts == 4 &&
-		 !column_is(rel, 4, "fingerprint", BYTEAOID)) ||
-		!column_is(rel, 1, "consumer_name", TEXTOID) ||
-		!column_is(rel, 2, "message_id", TEXTOID) ||
-		!column_is(rel, 3, "processed_at", TIMESTAMPTZOID) ||
-		rel->trigdesc != NULL || rel->rd_rules != NULL ||
-		(RelationGetDescr(rel)->constr != NULL &&
-		 RelationGetDescr(rel)->constr->num_check > 0) ||
-		rel->rd_rel->relrowsecurity)
-		shape_error(rels->messages);
+	rels->fingerprint_attnum = check_messages(rel,
+											  !OidIsValid(rels->consumer_roles));
 	rels->messages_key = find_index(rel, messages_key, 2, true);
+	if (!OidIsValid(rels->messages_key))
+		shape_error(rel,
+					errdetail("It has no index that claims can use as its key: a valid unique btree index on (consumer_name, message_id), ascending, with the default operator classes and collations, without expressions or predicate, and not deferrable."),
+					errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (consumer_name, message_id).",
+							qualified_name(rel)));
 	rels->messages_time = find_index(rel, messages_time, 2, false);
+	if (!OidIsValid(rels->messages_time))
+		shape_error(rel,
+					errdetail("It has no index that sweeps can use to find expired rows: a valid btree index on (consumer_name, processed_at), ascending, with the default operator classes and collations, without expressions or predicate."),
+					errhint("Restore it with CREATE INDEX processed_messages_consumer_time_idx ON %s (consumer_name, processed_at).",
+							qualified_name(rel)));
 	table_close(rel, AccessShareLock);
-	if (!OidIsValid(rels->messages_key) || !OidIsValid(rels->messages_time))
-		shape_error(rels->messages);
 
 	rel = table_open(rels->retention, AccessShareLock);
-	if (!column_is(rel, 1, "consumer_name", TEXTOID) ||
-		!column_is(rel, 2, "retention", INTERVALOID))
-		shape_error(rels->retention);
+	check_table(rel);
+	check_column(rel, 1, "consumer_name", TEXTOID);
+	check_column(rel, 2, "retention", INTERVALOID);
 	rels->retention_key = find_index(rel, consumer_key, 1, true);
-	table_close(rel, AccessShareLock);
 	if (!OidIsValid(rels->retention_key))
-		shape_error(rels->retention);
+		shape_error(rel,
+					errdetail("It has no index that sweeps can use to find a consumer's window: a valid unique btree index on (consumer_name), ascending, with the default operator class and collation, without expression or predicate, and not deferrable."),
+					errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT dedup_retention_pkey PRIMARY KEY (consumer_name).",
+							qualified_name(rel)));
+	table_close(rel, AccessShareLock);
 
 	if (OidIsValid(rels->consumer_roles))
 	{
 		rel = table_open(rels->consumer_roles, AccessShareLock);
-		if (!column_is(rel, 1, "consumer_name", TEXTOID) ||
-			!column_is(rel, 2, "claimant", REGROLEOID))
-			shape_error(rels->consumer_roles);
+		check_table(rel);
+		check_column(rel, 1, "consumer_name", TEXTOID);
+		check_column(rel, 2, "claimant", REGROLEOID);
 		rels->consumer_roles_key = find_index(rel, roles_key, 2, true);
-		table_close(rel, AccessShareLock);
 		if (!OidIsValid(rels->consumer_roles_key))
-			shape_error(rels->consumer_roles);
+			shape_error(rel,
+						errdetail("It has no index that claims can use to find a consumer's roles: a valid unique btree index on (consumer_name, claimant), ascending, with the default operator classes and collations, without expressions or predicate, and not deferrable."),
+						errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT dedup_consumer_roles_pkey PRIMARY KEY (consumer_name, claimant).",
+								qualified_name(rel)));
+		table_close(rel, AccessShareLock);
 	}
 	return true;
 }

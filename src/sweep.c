@@ -37,6 +37,7 @@
 #include "access/tableam.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -432,6 +433,8 @@ dedup_delete_rows(const DedupRelations *rels, text *consumer,
 	IndexScanDesc scan;
 	uint64		deleted = 0;
 
+	/* what a DELETE checks: a publication may need the rows' identity */
+	CheckCmdReplicaIdentity(rel, CMD_DELETE);
 	dedup_scan_key(&keys[0], index, 1, BTEqualStrategyNumber,
 			 PointerGetDatum(consumer));
 	dedup_scan_key(&keys[1], index, 2, BTGreaterEqualStrategyNumber,
