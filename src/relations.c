@@ -442,7 +442,15 @@ extension_lookup(Oid *schema)
 	return extension;
 }
 
-static bool
+/* What relations_load found */
+typedef enum RelationsLoad
+{
+	RELATIONS_LOADED,
+	RELATIONS_NO_EXTENSION,
+	RELATIONS_GONE				/* a table was dropped while we waited for it */
+} RelationsLoad;
+
+static RelationsLoad
 relations_load(DedupRelations *rels)
 {
 	static const AttrNumber messages_key[] = {1, 2};
@@ -454,7 +462,7 @@ relations_load(DedupRelations *rels)
 	memset(rels, 0, sizeof(DedupRelations));
 	rels->extension = extension_lookup(&rels->schema);
 	if (!OidIsValid(rels->extension))
-		return false;
+		return RELATIONS_NO_EXTENSION;
 
 	rels->messages = member_table(rels->extension, rels->schema,
 								  "processed_messages");
@@ -471,7 +479,12 @@ relations_load(DedupRelations *rels)
 	rels->consumer_roles = member_table(rels->extension, rels->schema,
 										"dedup_consumer_roles");
 
-	rel = table_open(rels->messages, AccessShareLock);
+	/*
+	 * Each table is locked before it is looked at.  DROP EXTENSION may hold
+	 * it: once it commits, the table is gone, and the caller looks again.
+	 */
+	if ((rel = try_table_open(rels->messages, AccessShareLock)) == NULL)
+		return RELATIONS_GONE;
 	rels->fingerprint_attnum = check_messages(rel,
 											  !OidIsValid(rels->consumer_roles));
 	rels->messages_key = find_index(rel, messages_key, 2, true);
@@ -488,7 +501,8 @@ relations_load(DedupRelations *rels)
 							qualified_name(rel)));
 	table_close(rel, AccessShareLock);
 
-	rel = table_open(rels->retention, AccessShareLock);
+	if ((rel = try_table_open(rels->retention, AccessShareLock)) == NULL)
+		return RELATIONS_GONE;
 	check_table(rel);
 	check_column(rel, 1, "consumer_name", TEXTOID);
 	check_column(rel, 2, "retention", INTERVALOID);
@@ -502,7 +516,8 @@ relations_load(DedupRelations *rels)
 
 	if (OidIsValid(rels->consumer_roles))
 	{
-		rel = table_open(rels->consumer_roles, AccessShareLock);
+		if ((rel = try_table_open(rels->consumer_roles, AccessShareLock)) == NULL)
+			return RELATIONS_GONE;
 		check_table(rel);
 		check_column(rel, 1, "consumer_name", TEXTOID);
 		check_column(rel, 2, "claimant", REGROLEOID);
@@ -514,7 +529,7 @@ relations_load(DedupRelations *rels)
 								qualified_name(rel)));
 		table_close(rel, AccessShareLock);
 	}
-	return true;
+	return RELATIONS_LOADED;
 }
 
 /*
@@ -535,8 +550,16 @@ dedup_relations(bool missing_ok)
 	if (!cached_valid)
 	{
 		DedupRelations rels;
+		RelationsLoad found = relations_load(&rels);
 
-		if (!relations_load(&rels))
+		/* a table dropped under us: the lock wait has told us what changed */
+		if (found == RELATIONS_GONE)
+			found = relations_load(&rels);
+		if (found == RELATIONS_GONE)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("extension \"dedup\" was dropped or altered concurrently")));
+		if (found == RELATIONS_NO_EXTENSION)
 		{
 			if (missing_ok)
 				return NULL;
