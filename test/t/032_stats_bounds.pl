@@ -17,7 +17,8 @@
 #     30 junk consumers in one database, in a transaction it rolls back,
 #     fills the table, and a consumer of another database is still counted;
 #     the least used entries give way (the least recently active among
-#     equals), a consumer with many claims survives every flood.
+#     equals), a consumer with many claims survives every flood; a failed
+#     claim of a new consumer evicts too.
 #
 use strict;
 use warnings;
@@ -181,6 +182,20 @@ is( $node->safe_psql(
 		'db1',
 		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'junk-%' AND claims IS NOT NULL}),
 	'8', 'the junk holds the rest of the table');
+
+# a claim that fails gets an entry too, evicting on its error path: a
+# record inserted by hand (not counted) holds the key
+my $holder = $node->background_psql('db2');
+$holder->query_safe(
+	q{BEGIN; INSERT INTO processed_messages (consumer_name, message_id) VALUES ('late', 'k')});
+my ($ret2, $out2, $err2) = $node->psql('db2',
+	q{SET lock_timeout = '10ms'; SELECT dedup_claim('late', 'k')});
+like($err2, qr/canceling statement due to lock timeout/, 'a claim of a new consumer times out');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+is( $node->safe_psql(
+		'db2', q{SELECT claims || '/' || lock_timeouts FROM dedup_stats WHERE consumer = 'late'}),
+	'0/1', '... and is counted, with an entry evicted for it');
 
 $node->stop;
 done_testing();
