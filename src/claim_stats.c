@@ -14,10 +14,13 @@
  * exclusively only to add or remove entries.  A call tallies its claims in
  * the backend and takes the locks once, however many keys it claimed
  * (dedup_stats_tally, dedup_stats_flush).  The table has a fixed size,
- * dedup.max_consumers entries, allocated at startup: claims of consumers
- * that find it full are not counted one by one, only in a total of
- * untracked claims, so that no number of consumers can take shared memory
- * that the rest of the server (the lock table, say) needs.
+ * dedup.max_consumers entries, allocated at startup, so that no number of
+ * consumers can take shared memory that the rest of the server (the lock
+ * table, say) needs.  A consumer that finds it full makes room as
+ * pg_stat_statements does: the least used entries, in all databases, are
+ * evicted (stats_evict), so that consumers that claim for a moment --
+ * junk names claimed in one database, say -- cannot keep the busy ones of
+ * every database from being counted.  How many were evicted is counted.
  * The counters are written to pg_stat/dedup.stat at a clean shutdown and
  * read back at startup, so they survive a clean restart.  After a crash or
  * an immediate shutdown, which are followed by crash recovery, they start
@@ -76,7 +79,11 @@ PG_FUNCTION_INFO_V1(dedup_stats_reset);
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
 #define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
-#define STATS_FILE_VERSION 3
+#define STATS_FILE_VERSION 4
+#define STATS_FILE_VERSION_3 3	/* still read: see stats_load() */
+
+/* a full table evicts this share of its entries, at least one */
+#define STATS_EVICT_PERCENT 5
 
 typedef struct StatsKey
 {
@@ -100,6 +107,8 @@ typedef struct StatsCounters
 	TimestampTz last_claim;
 	TimestampTz last_duplicate;
 	TimestampTz since;			/* when counting started */
+	/* last: the entries of version 3 files are the fields before it */
+	TimestampTz last_activity;	/* the last claim of any outcome */
 } StatsCounters;
 
 typedef struct StatsEntry
@@ -109,12 +118,22 @@ typedef struct StatsEntry
 	StatsCounters counters;
 } StatsEntry;
 
+/* an entry that stats_evict() may evict, and how much it was used */
+typedef struct StatsVictim
+{
+	StatsEntry *entry;
+	int64		usage;			/* claims of any outcome */
+	TimestampTz last_activity;
+} StatsVictim;
+
 /* beside the table */
 typedef struct StatsShared
 {
 	LWLock	   *lock;			/* protects the table's membership */
-	pg_atomic_uint64 untracked_claims;	/* claims not counted: table full */
-	pg_atomic_flag full_logged; /* the table's filling up has been logged */
+	pg_atomic_uint64 evicted;	/* entries evicted to make room */
+	pg_atomic_flag eviction_logged; /* an eviction has been logged */
+	/* stats_evict()'s candidates: used only under the exclusive lock */
+	StatsVictim victims[FLEXIBLE_ARRAY_MEMBER];
 } StatsShared;
 
 static StatsShared *stats_shared = NULL;
@@ -152,10 +171,24 @@ stats_key_copy(void *dest, const void *src, Size keysize)
 	return dest;
 }
 
+/* how many entries a full table evicts at once */
+static int
+stats_victims_max(void)
+{
+	return Max(1, dedup_max_consumers * STATS_EVICT_PERCENT / 100);
+}
+
+static Size
+stats_shared_size(void)
+{
+	return add_size(offsetof(StatsShared, victims),
+					mul_size(stats_victims_max(), sizeof(StatsVictim)));
+}
+
 static Size
 stats_shmem_size(void)
 {
-	return add_size(MAXALIGN(sizeof(StatsShared)),
+	return add_size(MAXALIGN(stats_shared_size()),
 					hash_estimate_size(dedup_max_consumers, sizeof(StatsEntry)));
 }
 
@@ -196,7 +229,7 @@ stats_save(int code, Datum arg)
 	StatsEntry *entry;
 	FILE	   *file;
 	uint32		header[2] = {STATS_FILE_MAGIC, STATS_FILE_VERSION};
-	uint64		untracked = pg_atomic_read_u64(&stats_shared->untracked_claims);
+	uint64		evicted = pg_atomic_read_u64(&stats_shared->evicted);
 	int64		count = hash_get_num_entries(stats_hash);
 
 	/* counters that may have missed updates are not kept */
@@ -207,7 +240,7 @@ stats_save(int code, Datum arg)
 	if (file == NULL)
 		goto error;
 	if (fwrite(header, sizeof(header), 1, file) != 1 ||
-		fwrite(&untracked, sizeof(untracked), 1, file) != 1 ||
+		fwrite(&evicted, sizeof(evicted), 1, file) != 1 ||
 		fwrite(&count, sizeof(count), 1, file) != 1)
 		goto error;
 	hash_seq_init(&scan, stats_hash);
@@ -240,16 +273,20 @@ error:
 /*
  * Read the counters a clean shutdown left, then remove the file; after a
  * crash, or when an older version of dedup wrote it in another format,
- * remove it unread.
+ * remove it unread.  A file of version 3 (dedup 1.1) is read too: where
+ * version 4 has the number of evicted entries it has a total of claims not
+ * counted, which is dropped, and its entries end before last_activity,
+ * which starts as their latest time.
  */
 static void
 stats_load(void)
 {
 	FILE	   *file;
 	uint32		header[2];
-	uint64		untracked;
+	uint64		evicted;
 	int64		count;
 	int64		restored;
+	size_t		counters_size;
 
 	file = AllocateFile(STATS_FILE, PG_BINARY_R);
 	if (file == NULL)
@@ -266,21 +303,28 @@ stats_load(void)
 	}
 	if (fread(header, sizeof(header), 1, file) != 1)
 		goto error;
-	if (header[0] != STATS_FILE_MAGIC || header[1] != STATS_FILE_VERSION)
+	if (header[0] != STATS_FILE_MAGIC ||
+		(header[1] != STATS_FILE_VERSION && header[1] != STATS_FILE_VERSION_3))
 	{
 		ereport(LOG,
 				(errmsg("dedup claim counters start from zero: file \"%s\" is in another format",
 						STATS_FILE),
 				 header[0] == STATS_FILE_MAGIC ?
-				 errdetail("Its format version is %u; this version of dedup reads version %u.",
-						   header[1], STATS_FILE_VERSION) :
+				 errdetail("Its format version is %u; this version of dedup reads versions %u and %u.",
+						   header[1], STATS_FILE_VERSION_3, STATS_FILE_VERSION) :
 				 errdetail("It is not a file of dedup claim counters.")));
 		goto out;
 	}
-	if (fread(&untracked, sizeof(untracked), 1, file) != 1 ||
+	if (fread(&evicted, sizeof(evicted), 1, file) != 1 ||
 		fread(&count, sizeof(count), 1, file) != 1)
 		goto error;
-	pg_atomic_write_u64(&stats_shared->untracked_claims, untracked);
+	if (header[1] == STATS_FILE_VERSION)
+	{
+		pg_atomic_write_u64(&stats_shared->evicted, evicted);
+		counters_size = sizeof(StatsCounters);
+	}
+	else
+		counters_size = offsetof(StatsCounters, last_activity);
 	for (restored = 0; restored < count; restored++)
 	{
 		StatsKey	key;
@@ -288,9 +332,13 @@ stats_load(void)
 		StatsEntry *entry;
 
 		if (fread(&key, sizeof(key), 1, file) != 1 ||
-			fread(&counters, sizeof(counters), 1, file) != 1)
+			fread(&counters, counters_size, 1, file) != 1)
 			goto error;
 		key.consumer[DEDUP_MAX_CONSUMER_BYTES] = '\0';
+		if (header[1] == STATS_FILE_VERSION_3)
+			counters.last_activity = Max(counters.since,
+										 Max(counters.last_claim,
+											 counters.last_duplicate));
 		entry = hash_search(stats_hash, &key, HASH_ENTER_NULL, NULL);
 		if (entry == NULL)
 			break;
@@ -323,13 +371,13 @@ dedup_claim_stats_shmem_startup(void)
 	bool		found;
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	stats_shared = ShmemInitStruct("dedup claim stats", sizeof(StatsShared),
+	stats_shared = ShmemInitStruct("dedup claim stats", stats_shared_size(),
 								   &found);
 	if (!found)
 	{
 		stats_shared->lock = &(GetNamedLWLockTranche(STATS_TRANCHE))->lock;
-		pg_atomic_init_u64(&stats_shared->untracked_claims, 0);
-		pg_atomic_init_flag(&stats_shared->full_logged);
+		pg_atomic_init_u64(&stats_shared->evicted, 0);
+		pg_atomic_init_flag(&stats_shared->eviction_logged);
 	}
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(StatsEntry);
@@ -384,26 +432,116 @@ outcome_answered(DedupClaimOutcome outcome)
 	return outcome == DEDUP_CLAIMED || outcome == DEDUP_DUPLICATE;
 }
 
+/* how much an entry was used: its claims, whatever their outcome */
+static inline int64
+stats_usage(const StatsCounters *c)
+{
+	return c->claims + c->duplicates + c->serialization_failures +
+		c->deadlocks + c->lock_timeouts + c->cancels + c->other_errors;
+}
+
+/* whether a was used less than b: fewer claims, or as many but earlier */
+static inline bool
+victim_less_used(const StatsVictim *a, const StatsVictim *b)
+{
+	if (a->usage != b->usage)
+		return a->usage < b->usage;
+	return a->last_activity < b->last_activity;
+}
+
 /*
- * Claims of a consumer that found the table full: counted only in the
- * total of untracked claims.  The first time since startup (or the last
- * dedup_stats_reset()) is logged, naming the consumer and its database --
- * but not from the error path of a failed claim (answered is false), where
- * no catalog may be read: the next time is logged instead.
+ * Sift victims[i] down the max-heap victims[0 .. n - 1], whose root is the
+ * most used of the candidates, the first to give way to a less used one.
  */
 static void
-stats_count_untracked(const StatsKey *key, int64 claims, bool answered)
+victims_sift_down(StatsVictim *victims, int n, int i)
 {
-	pg_atomic_fetch_add_u64(&stats_shared->untracked_claims, claims);
-	if (!answered || !pg_atomic_test_set_flag(&stats_shared->full_logged))
+	for (;;)
+	{
+		int			most = i;
+		int			child = 2 * i + 1;
+		StatsVictim swap;
+
+		if (child < n && victim_less_used(&victims[most], &victims[child]))
+			most = child;
+		if (child + 1 < n && victim_less_used(&victims[most], &victims[child + 1]))
+			most = child + 1;
+		if (most == i)
+			return;
+		swap = victims[i];
+		victims[i] = victims[most];
+		victims[most] = swap;
+		i = most;
+	}
+}
+
+/*
+ * Make room in the full table: evict the STATS_EVICT_PERCENT least used
+ * entries (at least one), in all databases -- fewest claims of any outcome
+ * first, the least recently active first among equals -- and return how
+ * many.  The caller holds the table's lock exclusively, so no counter
+ * changes meanwhile and they are read without their spinlocks.  The
+ * candidates are kept in shared memory, not allocated: this also runs on
+ * the error path of a failed claim.
+ */
+static int
+stats_evict(void)
+{
+	StatsVictim *victims = stats_shared->victims;
+	int			nvictims = stats_victims_max();
+	int			n = 0;
+	HASH_SEQ_STATUS scan;
+	StatsEntry *entry;
+
+	Assert(LWLockHeldByMeInMode(stats_shared->lock, LW_EXCLUSIVE));
+
+	hash_seq_init(&scan, stats_hash);
+	while ((entry = hash_seq_search(&scan)) != NULL)
+	{
+		StatsVictim candidate;
+
+		candidate.entry = entry;
+		candidate.usage = stats_usage(&entry->counters);
+		candidate.last_activity = entry->counters.last_activity;
+		if (n < nvictims)
+		{
+			victims[n++] = candidate;
+			if (n == nvictims)
+				for (int i = n / 2 - 1; i >= 0; i--)
+					victims_sift_down(victims, n, i);
+		}
+		else if (victim_less_used(&candidate, &victims[0]))
+		{
+			victims[0] = candidate;
+			victims_sift_down(victims, n, 0);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		hash_search(stats_hash, &victims[i].entry->key, HASH_REMOVE, NULL);
+	pg_atomic_fetch_add_u64(&stats_shared->evicted, n);
+	return n;
+}
+
+/*
+ * The first eviction since startup (or the last dedup_stats_reset()) is
+ * logged, naming the consumer that needed room and its database -- but not
+ * from the error path of a failed claim (answered is false), where no
+ * catalog may be read: the next eviction is logged instead.
+ */
+static void
+stats_log_eviction(const StatsKey *key, int evicted, bool answered)
+{
+	if (!answered || !pg_atomic_test_set_flag(&stats_shared->eviction_logged))
 		return;
 	ereport(LOG,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg("dedup claim counters are full: claims of consumer \"%s\" in database \"%s\" are not counted",
-					key->consumer, get_database_name(key->dboid)),
-			 errdetail("All %d entries (dedup.max_consumers) are in use; claims of consumers without one are only counted in a total.",
+			 errmsg_plural("dedup claim counters are full: the counters of %d least used consumer were evicted to count consumer \"%s\" in database \"%s\"",
+						   "dedup claim counters are full: the counters of %d least used consumers were evicted to count consumer \"%s\" in database \"%s\"",
+						   evicted,
+						   evicted, key->consumer, get_database_name(key->dboid)),
+			 errdetail("All %d entries (dedup.max_consumers) were in use, in all databases; each consumer without one evicts the least used: fewest claims, then least recently active.",
 					   dedup_max_consumers),
-			 errhint("Raise dedup.max_consumers, or forget unused counters with dedup_stats_reset().")));
+			 errhint("Raise dedup.max_consumers.")));
 }
 
 /*
@@ -441,8 +579,8 @@ dedup_stats_tally(DedupClaimTally *tally, DedupClaimOutcome outcome,
 /*
  * Add *tally to the counters of consumer (in the current database), under
  * the table's lock and the entry's spinlock, once for all the claims of a
- * call.  A consumer that finds the table full (dedup.max_consumers) is
- * counted only in the total of untracked claims.
+ * call.  A consumer that finds the table full (dedup.max_consumers) evicts
+ * the least used entries to get one.
  */
 void
 dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
@@ -452,6 +590,7 @@ dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
 	TimestampTz now;
 	int64		claims = 0;
 	bool		answered;
+	int			evicted = 0;
 
 	for (int i = 0; i < DEDUP_CLAIM_OUTCOMES; i++)
 		claims += tally->outcomes[i];
@@ -469,21 +608,14 @@ dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
 	{
 		bool		found;
 
-		/* a full table stays full until a reset: no exclusive lock then */
-		if (hash_get_num_entries(stats_hash) >= dedup_max_consumers)
-		{
-			LWLockRelease(stats_shared->lock);
-			stats_count_untracked(&key, claims, answered);
-			return;
-		}
 		LWLockRelease(stats_shared->lock);
 		LWLockAcquire(stats_shared->lock, LW_EXCLUSIVE);
 		entry = hash_search(stats_hash, &key, HASH_ENTER_NULL, &found);
 		if (entry == NULL)
 		{
-			LWLockRelease(stats_shared->lock);
-			stats_count_untracked(&key, claims, answered);
-			return;
+			/* full: HASH_FIXED_SIZE reuses what the evicted entries free */
+			evicted = stats_evict();
+			entry = hash_search(stats_hash, &key, HASH_ENTER, &found);
 		}
 		if (!found)
 		{
@@ -510,8 +642,12 @@ dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
 										 tally->max_claim_time);
 	entry->counters.lock_waits += tally->lock_waits;
 	entry->counters.lock_wait_time += tally->lock_wait_time;
+	entry->counters.last_activity = now;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(stats_shared->lock);
+
+	if (evicted > 0)
+		stats_log_eviction(&key, evicted, answered);
 }
 
 /*
@@ -609,7 +745,7 @@ dedup_claim_counters_1_1(PG_FUNCTION_ARGS)
  * dedup_stats_reset(consumer text DEFAULT NULL) RETURNS void
  *
  * Forget the counters of one consumer of the current database, or of all
- * of them and the total of untracked claims (which is not per database).
+ * of them and the number of evicted entries (which is not per database).
  */
 Datum
 dedup_stats_reset(PG_FUNCTION_ARGS)
@@ -634,8 +770,8 @@ dedup_stats_reset(PG_FUNCTION_ARGS)
 	}
 	if (consumer == NULL)
 	{
-		pg_atomic_write_u64(&stats_shared->untracked_claims, 0);
-		pg_atomic_clear_flag(&stats_shared->full_logged);
+		pg_atomic_write_u64(&stats_shared->evicted, 0);
+		pg_atomic_clear_flag(&stats_shared->eviction_logged);
 	}
 	LWLockRelease(stats_shared->lock);
 	PG_RETURN_VOID();
@@ -643,21 +779,21 @@ dedup_stats_reset(PG_FUNCTION_ARGS)
 
 /*
  * dedup_counters_status() RETURNS text: whether claims are being counted,
- * and if not, why; and how many were not counted because the table was
+ * and if not, why; and how many entries were evicted because the table was
  * full.
  */
 Datum
 dedup_counters_status(PG_FUNCTION_ARGS)
 {
-	uint64		untracked;
+	uint64		evicted;
 
 	if (stats_hash == NULL)
 		PG_RETURN_TEXT_P(cstring_to_text("unavailable: dedup is not in shared_preload_libraries"));
 	if (!dedup_track_claims)
 		PG_RETURN_TEXT_P(cstring_to_text("off: dedup.track_claims is off"));
-	untracked = pg_atomic_read_u64(&stats_shared->untracked_claims);
-	if (untracked == 0)
+	evicted = pg_atomic_read_u64(&stats_shared->evicted);
+	if (evicted == 0)
 		PG_RETURN_TEXT_P(cstring_to_text("on"));
-	PG_RETURN_TEXT_P(cstring_to_text(psprintf("on; " UINT64_FORMAT " claims of untracked consumers (dedup.max_consumers = %d reached)",
-											  untracked, dedup_max_consumers)));
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf("on; " UINT64_FORMAT " entries evicted (dedup.max_consumers = %d reached)",
+											  evicted, dedup_max_consumers)));
 }

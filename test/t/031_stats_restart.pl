@@ -5,7 +5,9 @@
 #   - a clean restart keeps the counters (written to pg_stat/dedup.stat at
 #     shutdown, read back at startup), times and failed claims included;
 #   - a file in the format of another version of dedup is removed unread,
-#     with a LOG line that says so;
+#     with a LOG line that says so; one of the previous format (version 3,
+#     dedup 1.1) is read, so that the counters survive the upgrade (the
+#     total of claims not counted that it holds is dropped);
 #   - after an immediate shutdown (pg_ctl -m immediate), and after a crash
 #     restart (a backend killed with SIGKILL), both followed by crash
 #     recovery, they start from zero, as PostgreSQL's own statistics do:
@@ -98,8 +100,40 @@ ok(!-f $file, 'a file of another format is removed at startup');
 is($node->safe_psql('postgres', $counters), '', '... unread');
 like(
 	slurp_file($node->logfile, $offset),
-	qr/LOG:  dedup claim counters start from zero: file "pg_stat\/dedup.stat" is in another format\n.*DETAIL:  Its format version is 2; this version of dedup reads version 3\./,
+	qr/LOG:  dedup claim counters start from zero: file "pg_stat\/dedup.stat" is in another format\n.*DETAIL:  Its format version is 2; this version of dedup reads versions 3 and 4\./,
 	'... and the log says why');
+
+# a file of version 3, as dedup 1.1 wrote it: where version 4 has the number
+# of evicted entries, a total of claims not counted (5 here); entries
+# without their last activity.  An entry: the key (database OID, the
+# consumer name NUL-padded to 257 bytes, 3 bytes of padding), then 8
+# counters, 3 times in ms and 3 timestamps (microseconds since 2000-01-01).
+my $dboid = $node->safe_psql('postgres',
+	q{SELECT oid FROM pg_database WHERE datname = 'postgres'});
+my $day = 86400 * 1000000;
+my $v3 = pack('LLQq', 0x64656475, 3, 5, 1)
+  . pack('La257x3', $dboid, 'upgraded')
+  . pack('q8d3q3', 7, 3, 1, 0, 1, 0, 0, 0, 12.5, 4.5, 2.0, 2 * $day, 3 * $day, $day);
+$node->stop('fast');
+open($fh, '>:raw', $file) or die "could not write $file: $!";
+print $fh $v3;
+close($fh);
+$node->start;
+ok(!-f $file, 'a file of version 3 is removed at startup');
+my $upgraded = q{SET TimeZone = 'UTC';
+  SELECT concat_ws('|', claims, duplicates, lock_waits, deadlocks, total_claim_time,
+                   max_claim_time, total_lock_wait_time, last_claim_at, last_duplicate_at,
+                   counters_since)
+  FROM dedup_stats WHERE consumer = 'upgraded'};
+is( $node->safe_psql('postgres', $upgraded),
+	'7|3|1|1|12.5|4.5|2|2000-01-03 00:00:00+00|2000-01-04 00:00:00+00|2000-01-02 00:00:00+00',
+	'... after it is read: its counters survive the upgrade');
+is($node->safe_psql('postgres', q{SELECT dedup_counters_status()}), 'on',
+	'... and its total of claims not counted is dropped');
+# (rolled back: the records the tests below count stay as they are)
+$node->safe_psql('postgres', q{BEGIN; SELECT dedup_claim('upgraded', 'u-1'); ROLLBACK});
+is($node->safe_psql('postgres', q{SELECT claims FROM dedup_stats WHERE consumer = 'upgraded'}),
+	'8', '... and counting goes on from them');
 
 # --- immediate shutdown ------------------------------------------------------
 
