@@ -214,6 +214,18 @@ extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
 								TimestampTz from, TimestampTz before,
 								int limit, TimestampTz *last);
 
+/*
+ * audit.c: the audit trail, one LOG line per record deleted on purpose and
+ * per window change; dedup_quote_literal renders any untrusted string
+ * (names, ids) as a one-line SQL literal that reads back as the original
+ */
+extern char *dedup_quote_literal(const char *str);
+extern void dedup_audit_forget(text *consumer, text *message_id, bool found);
+extern void dedup_audit_forget_since(text *consumer, TimestampTz since,
+									 uint64 deleted);
+extern void dedup_audit_sweep(text *consumer, TimestampTz cutoff,
+							  uint64 deleted);
+
 /* claim.c: the claims, and the argument checks they share with records.c */
 extern void dedup_check_key(const char *function, const char *argname,
 							int element, Datum value, bool isnull,
