@@ -208,10 +208,10 @@ audit_row(HeapTuple tuple, TupleDesc desc, bool gone)
 	bool		isnull;
 	Datum		consumer = heap_getattr(tuple, 1, desc, &isnull);
 	Datum		window = heap_getattr(tuple, 2, desc, &isnull);
-	char	   *text = window_text(window, isnull);
+	char	   *shown = window_text(window, isnull);
 
-	audit_window(consumer, gone ? text : DEFAULT_WINDOW,
-				 gone ? DEFAULT_WINDOW : text);
+	audit_window(consumer, gone ? shown : DEFAULT_WINDOW,
+				 gone ? DEFAULT_WINDOW : shown);
 }
 
 /*
@@ -301,7 +301,7 @@ dedup_retention_audit(PG_FUNCTION_ARGS)
 						 window_text(new_window, new_null));
 		else
 		{
-			/* renamed: the old name is back on the default, the new is not */
+			/* renamed: the old name falls back to the default, the new gets the window */
 			audit_row(oldtup, desc, true);
 			audit_row(newtup, desc, false);
 		}
