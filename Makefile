@@ -15,6 +15,7 @@ OBJS = \
 	src/relations.o \
 	src/claim.o \
 	src/records.o \
+	src/audit.o \
 	src/sweep.o \
 	src/sweeper_state.o \
 	src/claim_stats.o \

@@ -120,3 +120,33 @@ SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass,
 	   (SELECT e.extnamespace FROM pg_catalog.pg_extension e
 		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup'::pg_catalog.name)
    AND c.relname OPERATOR(pg_catalog.=) 'dedup_consumer_roles'::pg_catalog.name;
+
+/* --- audit trail (issue 14 items 5 and 9) --- */
+
+/*
+ * Every change of a retention window is written to the server log (audit.c),
+ * whatever makes it: the retention functions, dedup_retire_consumer, a
+ * superuser's INSERT, UPDATE, DELETE or TRUNCATE, or logical replication.
+ * Each row change is audited after it is made; a TRUNCATE before it, while
+ * the windows it removes can still be read.  ENABLE ALWAYS: the triggers
+ * also fire with session_replication_role = replica and in replication
+ * apply.  (processed_messages must have no trigger; dedup_retention may.)
+ */
+CREATE FUNCTION @extschema@.dedup_retention_audit()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'dedup_retention_audit'
+LANGUAGE C;
+
+CREATE TRIGGER dedup_retention_audit
+	AFTER INSERT OR UPDATE OR DELETE ON @extschema@.dedup_retention
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.dedup_retention_audit();
+
+CREATE TRIGGER dedup_retention_audit_truncate
+	BEFORE TRUNCATE ON @extschema@.dedup_retention
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.dedup_retention_audit();
+
+ALTER TABLE @extschema@.dedup_retention
+	ENABLE ALWAYS TRIGGER dedup_retention_audit,
+	ENABLE ALWAYS TRIGGER dedup_retention_audit_truncate;
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_retention_audit() FROM PUBLIC;

@@ -535,10 +535,11 @@ stats_log_eviction(const StatsKey *key, int evicted, bool answered)
 		return;
 	ereport(LOG,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg_plural("dedup claim counters are full: the counters of %d least used consumer were evicted to count consumer \"%s\" in database \"%s\"",
-						   "dedup claim counters are full: the counters of %d least used consumers were evicted to count consumer \"%s\" in database \"%s\"",
+			 errmsg_plural("dedup claim counters are full: the counters of %d least used consumer were evicted to count consumer %s in database %s",
+						   "dedup claim counters are full: the counters of %d least used consumers were evicted to count consumer %s in database %s",
 						   evicted,
-						   evicted, key->consumer, get_database_name(key->dboid)),
+						   evicted, dedup_quote_literal(key->consumer),
+						   dedup_quote_literal(get_database_name(key->dboid))),
 			 errdetail("All %d entries (dedup.max_consumers) were in use, in all databases; each consumer without one evicts the least used: fewest claims, then least recently active.",
 					   dedup_max_consumers),
 			 errhint("Raise dedup.max_consumers.")));

@@ -216,6 +216,18 @@ extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
 								int limit, TimestampTz *last);
 
 /*
+ * audit.c: the audit trail, one LOG line per record deleted on purpose and
+ * per window change; dedup_quote_literal renders any untrusted string
+ * (names, ids) as a one-line SQL literal that reads back as the original
+ */
+extern char *dedup_quote_literal(const char *str);
+extern void dedup_audit_forget(text *consumer, text *message_id, bool found);
+extern void dedup_audit_forget_since(text *consumer, TimestampTz since,
+									 uint64 deleted);
+extern void dedup_audit_sweep(text *consumer, TimestampTz cutoff,
+							  uint64 deleted);
+
+/*
  * claim.c: the claims, and what they share with records.c: the argument
  * checks and the consumer -> role mapping (dedup_consumer_roles)
  */

@@ -12,8 +12,8 @@
  *
  * dedup_forget and dedup_forget_since delete records so that their messages are processed again
  * when they are redelivered -- a replay on purpose.  Every call is written
- * to the server log with the role that made it.  Like the sweep, both work
- * on the tables by OID and run no SQL.
+ * to the server log (audit.c).  Like the sweep, both work on the tables by
+ * OID and run no SQL.
  *
  *-------------------------------------------------------------------------
  */
@@ -154,12 +154,7 @@ dedup_forget(PG_FUNCTION_ARGS)
 	}
 	table_close(rel, NoLock);
 
-	ereport(LOG,
-			(errmsg("dedup: role \"%s\" forgot message id \"%s\" of consumer \"%s\"%s",
-					GetUserNameFromId(GetOuterUserId(), false),
-					text_to_cstring(PG_GETARG_TEXT_PP(1)),
-					text_to_cstring(PG_GETARG_TEXT_PP(0)),
-					forgotten ? "" : " (no such record)")));
+	dedup_audit_forget(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), forgotten);
 	PG_RETURN_BOOL(forgotten);
 }
 
@@ -192,11 +187,6 @@ dedup_forget_since(PG_FUNCTION_ARGS)
 	forgotten = dedup_delete_rows(rels, PG_GETARG_TEXT_PP(0), since, DT_NOEND,
 								  0, NULL);
 
-	ereport(LOG,
-			(errmsg("dedup: role \"%s\" forgot %llu records of consumer \"%s\" claimed since %s",
-					GetUserNameFromId(GetOuterUserId(), false),
-					(unsigned long long) forgotten,
-					text_to_cstring(PG_GETARG_TEXT_PP(0)),
-					timestamptz_to_str(since))));
+	dedup_audit_forget_since(PG_GETARG_TEXT_PP(0), since, forgotten);
 	PG_RETURN_INT64((int64) forgotten);
 }

@@ -500,7 +500,9 @@ dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
  * dedup_sweep(consumer text DEFAULT NULL) RETURNS bigint
  *
  * Delete every expired row now (of one consumer, if given) and return how
- * many were deleted, in the caller's transaction.
+ * many were deleted, in the caller's transaction.  Each consumer that lost
+ * rows gets an audit line: with a window just made shorter, a manual sweep
+ * deletes what the window was meant to keep.
  */
 Datum
 dedup_sweep(PG_FUNCTION_ARGS)
@@ -518,6 +520,13 @@ dedup_sweep(PG_FUNCTION_ARGS)
 	(void) dedup_sweep_lock(rels->messages, true);
 	targets = dedup_sweep_targets(rels, only_consumer);
 	foreach(lc, targets)
-		total += dedup_sweep_batch(rels, lfirst(lc), 0);
+	{
+		DedupSweepTarget *target = lfirst(lc);
+		uint64		deleted = dedup_sweep_batch(rels, target, 0);
+
+		if (deleted > 0)
+			dedup_audit_sweep(target->consumer, target->cutoff, deleted);
+		total += deleted;
+	}
 	PG_RETURN_INT64(total);
 }

@@ -65,7 +65,7 @@ is($node->safe_psql('postgres', q{SELECT claims FROM dedup_stats WHERE consumer 
 	'1', '... the newest consumer is counted');
 my $log = slurp_file($node->logfile, $offset);
 my $full =
-  qr/LOG:  dedup claim counters are full: the counters of 1 least used consumer were evicted to count consumer "c11" in database "postgres"/;
+  qr/LOG:  dedup claim counters are full: the counters of 1 least used consumer were evicted to count consumer 'c11' in database 'postgres'/;
 like($log, $full, 'the first eviction is logged, naming the consumer that needed room');
 is(scalar(() = $log =~ /dedup claim counters are full/g), 1, '... once');
 like($log, qr/HINT:  Raise dedup.max_consumers/, '... with the setting to raise');
