@@ -62,5 +62,17 @@ SELECT dedup_claim('svc', 'x', '\x01');
 \echo :SQLSTATE
 RESET ROLE;
 
+-- a unique index a DBA added across consumers: a conflict through it is a
+-- duplicate, as for ON CONFLICT; the other consumer's fingerprint is not
+-- compared and its record is never shown.  A reused id of the same key
+-- names the caller's own consumer and id.
+CREATE UNIQUE INDEX processed_messages_id_once ON processed_messages (message_id);
+SELECT dedup_claim('one', 'shared-id', '\x01') AS first;
+SELECT dedup_claim('two', 'shared-id', '\x02') AS duplicate_through_the_index,
+	   dedup_try_claim('two', 'shared-id', '\x02') AS try;
+SELECT dedup_claim('one', 'shared-id', '\x03');
+\echo :SQLSTATE
+DROP INDEX processed_messages_id_once;
+
 DROP EXTENSION dedup;
 DROP ROLE regress_try;
