@@ -13,6 +13,7 @@
 #include "nodes/pg_list.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/lockdefs.h"
 #include "storage/lwlock.h"
 #include "utils/relcache.h"
@@ -122,6 +123,7 @@ typedef struct DedupDatabaseSlot
 	TimestampTz next_sweep;
 	bool		woken;			/* dedup_sweeper_wake() since the sweep began */
 	int			failures;		/* consecutive failed sweeps (back-off) */
+	bool		connected;		/* the sweeper last started has connected */
 	pid_t		sweeper_pid;	/* sweeping now, or 0 */
 	DedupSweepOutcome last_outcome;
 	TimestampTz last_start;
@@ -148,6 +150,7 @@ extern void dedup_sweeper_shmem_request(void);
 extern void dedup_sweeper_shmem_startup(void);
 extern DedupDatabaseSlot *dedup_database_slot(Oid dboid, bool create);
 extern void dedup_wake_launcher(void);
+extern bool dedup_log_blocked(int blocked);
 
 /*
  * claim_stats.c: per-consumer claim counters, in shared memory under their
@@ -253,6 +256,8 @@ dedup_wait_event(const char *name, uint32 *event)
 #endif
 }
 
+extern int	dedup_lock_holder(const LockData *data, const LOCKTAG *tag,
+							  LOCKMODE mode, int waiter);
 extern void dedup_register_launcher(void);
 extern PGDLLEXPORT void dedup_launcher_main(Datum main_arg);
 extern PGDLLEXPORT void dedup_sweeper_main(Datum main_arg);

@@ -18,6 +18,14 @@
  * failed sweep is retried with exponential back-off, so a persistent error
  * is logged ever more rarely, never in a flood.
  *
+ * No database can hold up the others.  Once connected, a sweeper waits for
+ * no lock for long (sweeper.c); before, it may wait on its database's lock
+ * as long as a session holds ALTER DATABASE open.  So the launcher does not
+ * wait for a sweeper blindly: it looks at it every second, and a sweeper
+ * that has not connected and has waited a second for a lock is stopped, its
+ * database's sweep recorded as 'blocked' (naming the session holding the
+ * lock), and the launcher goes on with the next database.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -28,12 +36,15 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -45,6 +56,12 @@
 
 /* the longest back-off after failures: the interval times 2^this */
 #define MAX_BACKOFF_SHIFT 6
+
+/* how often the launcher looks at the sweeper it waits for, in ms */
+#define SWEEPER_POLL_MS 1000
+
+/* a sweeper waiting this long (ms) for a lock to connect is blocked */
+#define CONNECT_LOCK_WAIT_MS 1000
 
 typedef struct LauncherDatabase
 {
@@ -72,8 +89,9 @@ static bool untracked_database = false;
 static bool warned_no_worker_slot = false;
 static bool warned_no_database_slot = false;
 
-/* the launcher's wait between passes (dedup_wait_event) */
+/* the launcher's waits between passes and for a sweeper (dedup_wait_event) */
 static uint32 launcher_wait_event = 0;
+static uint32 sweeper_wait_event = 0;
 
 static void
 launcher_detach(int code, Datum arg)
@@ -245,6 +263,128 @@ launcher_track(LauncherDatabase *db)
 }
 
 /*
+ * Is the sweeper pid of database db (slot), not connected yet, stuck waiting
+ * for a lock?  It is when it has waited CONNECT_LOCK_WAIT_MS for one: then
+ * return who holds what, for the log and last_error, else NULL.
+ */
+static char *
+launcher_connect_blocked(pid_t pid, DedupDatabaseSlot *slot,
+						 LauncherDatabase *db)
+{
+	LockData   *data = GetLockStatusData();
+	TimestampTz now = GetCurrentTimestamp();
+	LockInstanceData *wait = NULL;
+	char	   *blocked = NULL;
+	bool		connected;
+
+	for (int i = 0; i < data->nelements && wait == NULL; i++)
+	{
+		if (data->locks[i].pid == pid && data->locks[i].waitLockMode != NoLock)
+			wait = &data->locks[i];
+	}
+
+	/* read after the lock table: a lock wait seen was one of connecting */
+	LWLockAcquire(DedupShared->lock, LW_SHARED);
+	connected = slot->connected;
+	LWLockRelease(DedupShared->lock);
+
+	/* waitStart is set a moment after the wait begins */
+	if (!connected && wait != NULL && wait->waitStart != 0 &&
+		TimestampDifferenceExceeds(wait->waitStart, now, CONNECT_LOCK_WAIT_MS))
+	{
+		int			holder = dedup_lock_holder(data, &wait->locktag,
+											   wait->waitLockMode, pid);
+		StringInfoData what;
+
+		initStringInfo(&what);
+		if (wait->locktag.locktag_type == LOCKTAG_OBJECT &&
+			wait->locktag.locktag_field2 == DatabaseRelationId &&
+			wait->locktag.locktag_field3 == db->oid)
+			appendStringInfo(&what, "database \"%s\"", db->name);
+		else
+			DescribeLockTag(&what, &wait->locktag);
+		if (holder != 0)
+			blocked = psprintf("another session (pid %d) holds a lock on %s",
+							   holder, what.data);
+		else
+			blocked = psprintf("another session holds a lock on %s",
+							   what.data);
+		pfree(what.data);
+	}
+	pfree(data->locks);
+	pfree(data);
+	return blocked;
+}
+
+/*
+ * Wait for the sweeper of database db (slot) to exit, looking at it every
+ * SWEEPER_POLL_MS, and sooner when the postmaster says that it started or
+ * stopped (we are its bgw_notify_pid).  A sweeper stuck connecting is
+ * stopped: return why, else NULL.
+ *
+ * This consumes latch wake-ups meant for the main loop: see there.
+ */
+static char *
+launcher_wait_sweeper(BackgroundWorkerHandle *handle, DedupDatabaseSlot *slot,
+					  LauncherDatabase *db)
+{
+	char	   *blocked = NULL;
+
+	for (;;)
+	{
+		pid_t		pid;
+		BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
+
+		if (status == BGWH_STOPPED)
+			return blocked;
+		if (status == BGWH_POSTMASTER_DIED)
+			proc_exit(1);
+		if (status == BGWH_STARTED && blocked == NULL)
+		{
+			blocked = launcher_connect_blocked(pid, slot, db);
+			if (blocked != NULL)
+				TerminateBackgroundWorker(handle);
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 SWEEPER_POLL_MS,
+						 dedup_wait_event("DedupLauncherSweeper",
+										  &sweeper_wait_event));
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * A sweeper stuck connecting to database db has been stopped: its sweep
+ * ends 'blocked', with why in last_error, and in the log at the first
+ * blocked sweep and then after 10, 100, 1000... consecutive ones.
+ */
+static void
+launcher_blocked(DedupDatabaseSlot *slot, LauncherDatabase *db,
+				 const char *blocked)
+{
+	int			blocked_sweeps;
+
+	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
+	slot->last_outcome = DEDUP_SWEEP_BLOCKED;
+	blocked_sweeps = ++slot->blocked_sweeps;
+	snprintf(slot->last_error, DEDUP_ERROR_LEN, "could not connect: %s",
+			 blocked);
+	slot->last_error_at = GetCurrentTimestamp();
+	LWLockRelease(DedupShared->lock);
+
+	if (dedup_log_blocked(blocked_sweeps))
+		ereport(LOG,
+				(errmsg("dedup sweep of database \"%s\" is blocked: %s",
+						db->name, blocked),
+				 blocked_sweeps > 1 ?
+				 errdetail("The sweeper could not connect, and was stopped; it tries again after dedup.sweep_interval.  %d consecutive sweeps have been blocked.",
+						   blocked_sweeps) :
+				 errdetail("The sweeper could not connect, and was stopped; it tries again after dedup.sweep_interval.")));
+}
+
+/*
  * Start a sweeper for one database and wait for it to finish, then schedule
  * the database's next sweep from the outcome the sweeper left in its slot.
  */
@@ -253,12 +393,11 @@ launcher_sweep_database(LauncherDatabase *db)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
-	BgwHandleStatus status;
 	DedupDatabaseSlot *slot;
 	DedupSweepOutcome previous_outcome;
 	TimestampTz launched = GetCurrentTimestamp();
 	TimestampTz now;
-	pid_t		pid;
+	char	   *blocked;
 	int			shift;
 	bool		absent = false;
 
@@ -281,6 +420,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	previous_outcome = slot->last_outcome;
 	slot->last_outcome = DEDUP_SWEEP_RUNNING;	/* until the sweeper says */
 	slot->woken = false;
+	slot->connected = false;
 	LWLockRelease(DedupShared->lock);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
@@ -302,13 +442,11 @@ launcher_sweep_database(LauncherDatabase *db)
 
 	SetCurrentStatementStartTimestamp();
 	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
-	status = WaitForBackgroundWorkerStartup(handle, &pid);
-	if (status == BGWH_STARTED)
-		status = WaitForBackgroundWorkerShutdown(handle);
-	if (status == BGWH_POSTMASTER_DIED)
-		proc_exit(1);
+	blocked = launcher_wait_sweeper(handle, slot, db);
 	pfree(handle);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	if (blocked != NULL)
+		launcher_blocked(slot, db, blocked);
 
 	now = GetCurrentTimestamp();
 	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
@@ -341,9 +479,20 @@ launcher_sweep_database(LauncherDatabase *db)
 		case DEDUP_SWEEP_DONE:
 		case DEDUP_SWEEP_PARTIAL:
 		case DEDUP_SWEEP_BLOCKED:
-			slot->state = DEDUP_DB_ACTIVE;
 			slot->failures = 0;
-			slot->next_sweep = TimestampTzPlusMilliseconds(launched,
+			if (blocked == NULL)
+			{
+				slot->state = DEDUP_DB_ACTIVE;
+				slot->next_sweep = TimestampTzPlusMilliseconds(launched,
+															   dedup_sweep_interval * 1000L);
+				break;
+			}
+
+			/*
+			 * Stopped while connecting: not known to have dedup yet, and
+			 * retried an interval after it was stopped, not back to back.
+			 */
+			slot->next_sweep = TimestampTzPlusMilliseconds(now,
 														   dedup_sweep_interval * 1000L);
 			break;
 		case DEDUP_SWEEP_NONE:

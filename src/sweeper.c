@@ -16,10 +16,19 @@
  * after dedup.sweep_max_duration.
  *
  * It runs no SQL: rows are found and deleted through the table's index, by
- * OID (sweep.c).  It sweeps only if dedup.sweep_role, or else the owner of
- * processed_messages, has the privileges a DELETE of expired rows would
- * need.  Its transactions run with its own settings, whatever the
- * database's owner has set for the database.
+ * OID (sweep.c).  Each sweep transaction runs as dedup.sweep_role, or else
+ * the owner of processed_messages, in a security-restricted operation (as
+ * VACUUM and REFRESH MATERIALIZED VIEW run as the table's owner), and only
+ * if that role has the privileges a DELETE of expired rows would need.  The
+ * session user stays the bootstrap superuser: pg_stat_activity shows the
+ * role in the sweeper's query text.  Its transactions run with its own
+ * settings, whatever the database's owner has set for the database.
+ *
+ * Until it has connected, the sweeper may wait for a lock on its database
+ * (ALTER DATABASE RENAME in an open transaction) without limit; the
+ * launcher watches for that and stops it (launcher.c).  From then on every
+ * lock wait is bounded: table locks are only tried, lock_timeout bounds the
+ * rest (catalogs, rows), and dedup.sweep_max_duration the whole sweep.
  *
  *-------------------------------------------------------------------------
  */
@@ -83,6 +92,15 @@ static const struct
 
 static DedupDatabaseSlot *my_slot = NULL;
 
+/*
+ * The user ID and security context of the session, restored at the end of
+ * each sweep transaction, and the name of the role the current one runs as
+ * (for pg_stat_activity).
+ */
+static Oid	session_userid;
+static int	session_sec_context;
+static NameData sweep_role_name;
+
 /* before_shmem_exit: however the sweeper ends, its slot says it ended */
 static void
 sweeper_detach(int code, Datum arg)
@@ -140,27 +158,27 @@ sweeper_database_wanted(void)
 }
 
 /*
- * The pid of a session holding a lock on tag that conflicts with mode, or 0
- * (none found, or a prepared transaction).  Reads the whole lock table: for
- * the log only.
+ * The pid of a session other than waiter that holds a lock on tag
+ * conflicting with mode, in data (from GetLockStatusData(): the launcher
+ * and the sweeper read the whole lock table, for the log only), or 0: none
+ * found, a prepared transaction, or waiter is queued behind another waiter.
  */
-static int
-sweeper_lock_holder(const LOCKTAG *tag, LOCKMODE mode)
+int
+dedup_lock_holder(const LockData *data, const LOCKTAG *tag, LOCKMODE mode,
+				  int waiter)
 {
-	LockData   *data = GetLockStatusData();
 	LOCKMASK	conflicts = GetLockTagsMethodTable(tag)->conflictTab[mode];
-	int			pid = 0;
 
-	for (int i = 0; i < data->nelements && pid == 0; i++)
+	for (int i = 0; i < data->nelements; i++)
 	{
 		LockInstanceData *instance = &data->locks[i];
 
-		if (instance->pid != MyProcPid &&
+		if (instance->pid != waiter &&
 			memcmp(&instance->locktag, tag, sizeof(LOCKTAG)) == 0 &&
 			(instance->holdMask & conflicts) != 0)
-			pid = instance->pid;
+			return instance->pid;
 	}
-	return pid;
+	return 0;
 }
 
 /*
@@ -177,7 +195,6 @@ sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 {
 	int			blocked;
 	bool		probing;
-	int			n;
 	const char *what;
 
 	*busy = true;
@@ -185,9 +202,7 @@ sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 	blocked = my_slot->blocked_sweeps + 1;
 	probing = (my_slot->state != DEDUP_DB_ACTIVE);
 	LWLockRelease(DedupShared->lock);
-	for (n = blocked; n % 10 == 0; n /= 10)
-		;
-	if (probing || n != 1)
+	if (probing || !dedup_log_blocked(blocked))
 		return NULL;
 
 	if (OidIsValid(relid))
@@ -196,7 +211,7 @@ sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 		int			holder;
 
 		SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
-		holder = sweeper_lock_holder(&tag, mode);
+		holder = dedup_lock_holder(GetLockStatusData(), &tag, mode, MyProcPid);
 		what = holder != 0 ?
 			psprintf("a lock on table \"%s\" (pid %d)", get_rel_name(relid), holder) :
 			psprintf("a lock on table \"%s\"", get_rel_name(relid));
@@ -210,12 +225,24 @@ sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 	return NULL;
 }
 
+/* what the sweep does now, in pg_stat_activity, with its role */
+static void
+sweeper_report(const char *what)
+{
+	char		activity[NAMEDATALEN + 64];
+
+	snprintf(activity, sizeof(activity), "dedup sweep as role \"%s\": %s",
+			 NameStr(sweep_role_name), what);
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
 /*
  * Start a sweep transaction: take the table locks and the sweep lock
- * without waiting, in a fixed order, and check that the sweep role may
- * delete expired rows.  Returns the extension's tables, or NULL (with *busy
- * false) when dedup is not installed, or NULL (with *busy true) when a lock
- * is not free now.
+ * without waiting, in a fixed order, become the sweep role in a
+ * security-restricted operation, and check that it may delete expired
+ * rows.  Returns the extension's tables, or NULL (with *busy false) when
+ * dedup is not installed, or NULL (with *busy true) when a lock is not free
+ * now.
  */
 static const DedupRelations *
 sweeper_begin(LOCKMODE messages_lock, bool *busy)
@@ -226,6 +253,7 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 	*busy = false;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	GetUserIdAndSecContext(&session_userid, &session_sec_context);
 	pgstat_report_activity(STATE_RUNNING, "dedup sweep: taking locks");
 	PushActiveSnapshot(GetTransactionSnapshot());
 
@@ -254,14 +282,26 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 		role = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 		ReleaseSysCache(tuple);
 	}
-	dedup_sweep_check_role(rels, role);
+
+	/*
+	 * As VACUUM runs as the table's owner: whatever the sweep may reach of
+	 * user code (say, an index's functions) runs as the role, and cannot
+	 * change settings or create temporary objects.  An abort restores the
+	 * session's user ID by itself (AbortTransaction).
+	 */
+	SetUserIdAndSecContext(role,
+						   session_sec_context | SECURITY_RESTRICTED_OPERATION);
+	namestrcpy(&sweep_role_name, GetUserNameFromId(role, false));
+	sweeper_report("checking privileges");
+	dedup_sweep_check_role(rels, GetUserId());
 	return rels;
 }
 
-/* Commit a sweep transaction; the user ID is restored with it. */
+/* Commit a sweep transaction, as the session's user again. */
 static void
 sweeper_end(void)
 {
+	SetUserIdAndSecContext(session_userid, session_sec_context);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -303,7 +343,7 @@ sweeper_sweep(TimestampTz start)
 		sweeper_end();
 		return busy ? DEDUP_SWEEP_BLOCKED : DEDUP_SWEEP_NO_EXTENSION;
 	}
-	pgstat_report_activity(STATE_RUNNING, "dedup sweep: listing expired claims");
+	sweeper_report("listing expired claims");
 	/* the list must outlive the transaction */
 	oldcontext = MemoryContextSwitchTo(sweep_context);
 	targets = dedup_sweep_targets(rels, NULL);
@@ -333,7 +373,7 @@ sweeper_sweep(TimestampTz start)
 				sweeper_end();
 				return busy ? DEDUP_SWEEP_BLOCKED : DEDUP_SWEEP_NO_EXTENSION;
 			}
-			pgstat_report_activity(STATE_RUNNING, "dedup sweep: deleting expired claims");
+			sweeper_report("deleting expired claims");
 			deleted = dedup_sweep_batch(rels, target, dedup_sweep_batch_size);
 			elog(DEBUG1, "dedup sweep: deleted %llu rows of consumer \"%s\" in transaction %u, up to %s",
 				 (unsigned long long) deleted, text_to_cstring(target->consumer),
@@ -373,6 +413,8 @@ dedup_sweeper_main(Datum main_arg)
 		LWLockRelease(DedupShared->lock);
 		proc_exit(0);
 	}
+	/* the launcher no longer watches our lock waits (launcher.c) */
+	my_slot->connected = true;
 	my_slot->sweeper_pid = MyProcPid;
 	my_slot->last_start = start;
 	my_slot->last_rows = 0;

@@ -102,6 +102,18 @@ dedup_wake_launcher(void)
 		SetLatch(DedupShared->launcher_latch);
 }
 
+/*
+ * Is the blocked-th consecutive blocked sweep of a database one to log?  The
+ * first is, and then the 10th, 100th, 1000th...
+ */
+bool
+dedup_log_blocked(int blocked)
+{
+	while (blocked > 0 && blocked % 10 == 0)
+		blocked /= 10;
+	return blocked == 1;
+}
+
 static const char *
 outcome_name(DedupSweepOutcome outcome)
 {
@@ -226,7 +238,9 @@ wake_at_commit_callback(XactEvent event, void *arg)
 			if (slot != NULL)
 			{
 				slot->woken = true;
-				slot->next_sweep = 0;
+				/* a failing database keeps its back-off (see below) */
+				if (slot->failures == 0)
+					slot->next_sweep = 0;
 			}
 			else
 				DedupShared->woken_untracked = MyDatabaseId;
@@ -250,6 +264,10 @@ wake_at_commit_callback(XactEvent event, void *arg)
  * commits (and to notice a newly created extension).  Returns whether a
  * sweeper runs; false, with a warning, when none can because dedup is not
  * preloaded.
+ *
+ * A database whose last sweep failed is not swept sooner than its back-off
+ * allows: otherwise each call would be one more failed sweep and one more
+ * ERROR in the log.  A reload (pg_reload_conf()) retries it at once.
  */
 Datum
 dedup_sweeper_wake(PG_FUNCTION_ARGS)

@@ -1,0 +1,261 @@
+#
+# 023_sweeper_blocked.pl: what one database, or one failing sweep, must not
+# do to retention.
+#
+#   1. dedup.sweep_role is really the role the sweep runs as: a slow sweep
+#      shows it in pg_stat_activity ('dedup sweep as role "ops": ...'),
+#      although the sweeper's session user is the bootstrap superuser.
+#   2. A wake-up does not defeat the back-off: with a sweep failing for
+#      lack of privileges, a run of dedup_sweeper_wake() calls (each one
+#      seen by the launcher) adds no failed sweep and does not bring the
+#      next one forward; a reload retries at once, and once the role is
+#      fixed the database is swept.
+#   3. One database cannot hold up the others: a non-superuser with
+#      CREATEDB that owns dba holds ALTER DATABASE dba RENAME open in a
+#      transaction, so dba's sweeper cannot connect.  The launcher stops
+#      that sweeper, goes on, and dbb is still swept; the log names the
+#      session holding the lock, once however often the sweep is blocked;
+#      after ROLLBACK, dba's view says why its sweeps were blocked, and it
+#      is swept again.
+#
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupTest;
+
+# a sweep that never comes should fail the test in a minute, not three
+$PostgreSQL::Test::Utils::timeout_default = 60
+  unless $ENV{PG_TEST_TIMEOUT_DEFAULT};
+
+my $node = PostgreSQL::Test::Cluster->new('blocked');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dedup'
+dedup.sweep_interval = 1s
+dedup.retention = 1h
+# the postmaster says "starting background worker process ..." at DEBUG1
+log_min_messages = debug1
+});
+$node->start;
+
+# the latest claim of the consumers below; a fixed date keeps it exact
+my $L = q{'2024-06-01 12:00:00+00'::timestamptz};
+
+sub sql
+{
+	my ($db, $query) = @_;
+	return $node->safe_psql($db, $query);
+}
+
+# ALTER SYSTEM SET (or RESET, for undef) and reload; wait until new
+# sessions see it
+sub set_config
+{
+	my ($name, $value, $shown) = @_;
+	sql('postgres',
+		defined $value
+		? "ALTER SYSTEM SET $name = '$value'"
+		: "ALTER SYSTEM RESET $name");
+	sql('postgres', 'SELECT pg_reload_conf()');
+	ok($node->poll_query_until('postgres', "SELECT current_setting('$name')", $shown),
+		"$name is now '$shown'");
+	return;
+}
+
+# $n claims of consumer $consumer, all but the latest past the 1h window
+sub add_expired
+{
+	my ($db, $consumer, $n) = @_;
+	sql($db, qq{
+INSERT INTO processed_messages
+SELECT '$consumer', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, $n - 1) i});
+	return;
+}
+
+sub count_of
+{
+	my ($db, $consumer) = @_;
+	return sql($db,
+		"SELECT count(*) FROM processed_messages WHERE consumer_name = '$consumer'");
+}
+
+# wait for a sweep of $db that started after now and ended with $outcome
+sub wait_sweep
+{
+	my ($db, $outcome, $what) = @_;
+	my $since = sql($db, 'SELECT clock_timestamp()');
+	sql($db, 'SELECT dedup_sweeper_wake()');
+	return ok(
+		$node->poll_query_until(
+			$db, qq{
+SELECT last_sweep_start > '$since' AND sweeper_pid IS NULL
+   AND last_sweep_outcome = '$outcome'
+  FROM dedup_sweeper}),
+		"$db: $what");
+}
+
+sql('postgres', 'CREATE ROLE dbo LOGIN CREATEDB');
+sql('postgres', 'CREATE ROLE ops NOLOGIN; CREATE ROLE nopriv NOLOGIN');
+for my $db (qw(dba dbb))
+{
+	sql('postgres', "CREATE DATABASE $db OWNER dbo");
+	sql($db, q{
+CREATE EXTENSION dedup;
+GRANT USAGE ON SCHEMA public TO ops;
+GRANT SELECT, DELETE ON processed_messages TO ops;
+GRANT SELECT ON dedup_retention TO ops;
+});
+}
+
+###############################################################################
+note('1. the sweep runs as dedup.sweep_role');
+
+set_config('dedup.sweep_role',       'ops',   'ops');
+set_config('dedup.sweep_batch_size', '10',    '10');
+set_config('dedup.sweep_batch_delay', '10ms', '10ms');
+# 640 batches with a pause between them: a sweep of several seconds
+sql('dbb', qq{
+INSERT INTO processed_messages
+SELECT 'slow', 'm' || i, $L - i * interval '1 second' FROM generate_series(0, 10000) i});
+sql('dbb', 'SELECT dedup_sweeper_wake()');
+ok( $node->poll_query_until(
+		'dbb', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'
+   AND query = 'dedup sweep as role "ops": deleting expired claims'}),
+	'pg_stat_activity shows the sweeper deleting as role "ops"');
+is( sql('dbb', q{
+SELECT usesysid = 10 FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'}),
+	't', '... while its session user is the bootstrap superuser');
+ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'slow'}, '3601'),
+	'the slow sweep, as "ops", deletes every expired claim');
+# (polled: the next sweep may have begun already)
+ok($node->poll_query_until('dbb', q{SELECT last_sweep_outcome = 'done' AND last_error IS NULL FROM dedup_sweeper}),
+	'... and ends done');
+set_config('dedup.sweep_batch_delay', undef, '0');
+set_config('dedup.sweep_batch_size',  undef, '1000');
+
+###############################################################################
+note('2. a wake-up does not shorten the back-off of a failing database');
+
+# only dbb, so that every error in the log is of its sweeps
+set_config('dedup.databases',  'dbb',    'dbb');
+set_config('dedup.sweep_role', 'nopriv', 'nopriv');
+my $offset = -s $node->logfile;
+add_expired('dbb', 'denied', 4);
+sql('dbb', 'SELECT dedup_sweeper_wake()');
+my $error_re = qr/ERROR:  permission denied for table processed_messages/;
+# failures after 0, 1, 3 and 7 s: the next one is 8 s away
+ok(wait_log_count($node, $offset, $error_re, 4), 'four failed sweeps');
+is( sql('dbb', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper'),
+	'failed|permission denied for table processed_messages',
+	'a role without privileges: the sweep fails, saying why');
+ok($node->poll_query_until('dbb', 'SELECT sweeper_pid IS NULL FROM dedup_sweeper'),
+	'no sweep is running');
+
+my $before = sql('dbb', 'SELECT next_sweep FROM dedup_sweeper');
+my $errors_before = occurrences(log_from($node, $offset), $error_re);
+my $wake_offset = -s $node->logfile;
+my $launcher_pass = q{SELECT query_start FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'};
+for my $i (1 .. 10)
+{
+	# wait until the launcher has made a pass, and is done with it
+	my $pass = sql('postgres', $launcher_pass);
+	sql('dbb', 'SELECT dedup_sweeper_wake()');
+	$node->poll_query_until(
+		'postgres', qq{
+SELECT query_start > '$pass' AND state = 'idle' FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper launcher'})
+	  or die "the launcher did not answer wake-up $i";
+}
+my $after = sql('dbb', q{SELECT next_sweep FROM dedup_sweeper});
+my $woken_errors = occurrences(log_from($node, $wake_offset), $error_re);
+cmp_ok($woken_errors, '<=', 1,
+	'10 wake-ups answered by the launcher: no more failed sweeps than the back-off allows');
+is(sql('dbb', qq{SELECT '$after'::timestamptz >= '$before'::timestamptz}),
+	't', '... and the next sweep is not brought forward');
+
+# a reload retries at once: once the role is fixed, the claims go
+set_config('dedup.sweep_role', 'ops', 'ops');
+ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'denied'}, '2'),
+	'after a reload that fixes the role, the database is swept');
+set_config('dedup.databases', undef, '');
+wait_sweep('dbb', 'done', 'a wake-up of a healthy database sweeps at once');
+
+###############################################################################
+note('3. one database cannot hold up the others');
+
+wait_sweep('dba', 'done', 'dba is swept');
+my $dba_oid = sql('postgres', q{SELECT oid FROM pg_database WHERE datname = 'dba'});
+$offset = -s $node->logfile;
+
+# dbo, not a superuser, owns dba and may rename it (CREATEDB)
+my $holder = $node->background_psql('postgres', extra_params => [ '-U', 'dbo' ]);
+my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
+$holder->query_safe('BEGIN; ALTER DATABASE dba RENAME TO dbx');
+
+# a sweeper of dba waits for the database lock
+ok( $node->poll_query_until(
+		'postgres', qq{
+SELECT count(*) > 0 FROM pg_locks
+ WHERE locktype = 'object' AND classid = 'pg_database'::regclass
+   AND objid = $dba_oid AND NOT granted}),
+	'a sweeper of dba waits for the lock on dba');
+
+# claims expired after that: only a sweep that comes later deletes them
+add_expired('dbb', 'later', 4);
+ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'later'}, '2'),
+	'dbb is still swept');
+
+my $blocked_re =
+  qr/LOG:  dedup sweep of database "dba" is blocked: another session \(pid $holder_pid\) holds a lock on database "dba"/;
+ok(wait_log_count($node, $offset, $blocked_re, 1),
+	'the log names the session holding the lock on dba');
+# the sweepers of dba since the lock was taken, but perhaps the first
+ok(wait_log_count($node, $offset, sweeper_start_re('dba'), 4),
+	'three more sweepers of dba have been started');
+ok( wait_log_count(
+		$node, $offset,
+		qr/FATAL:  terminating background worker "dedup sweeper" due to administrator command/,
+		3),
+	'... and stopped');
+is(occurrences(log_from($node, $offset), $blocked_re), 1,
+	'... and the log said so once');
+like(log_from($node, $offset),
+	qr/DETAIL:  The sweeper could not connect, and was stopped; it tries again after dedup.sweep_interval\./,
+	'... saying what happens next');
+
+# end the transaction between two sweepers of dba, so that the view is
+# likely to show the last one blocked: the next comes an interval later
+ok( $node->poll_query_until(
+		'postgres', qq{
+SELECT count(*) = 0 FROM pg_locks
+ WHERE locktype = 'object' AND classid = 'pg_database'::regclass
+   AND objid = $dba_oid AND NOT granted}),
+	'the last sweeper of dba has been stopped');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+my ($outcome, $error) = split /\|/,
+  sql('dba', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper');
+note("dba right after ROLLBACK: $outcome");
+ok($outcome =~ /^(?:blocked|running|done)$/,
+	"dba: the last sweep was blocked, or one has begun since ($outcome)");
+is($error,
+	qq{could not connect: another session (pid $holder_pid) holds a lock on database "dba"},
+	'dba: last_error names the session holding the lock');
+add_expired('dba', 'after', 4);
+ok($node->poll_query_until('dba', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'after'}, '2'),
+	'dba is swept again once the lock is released');
+ok($node->poll_query_until('dba', q{SELECT last_sweep_outcome = 'done' AND sweeper_pid IS NULL FROM dedup_sweeper}),
+	'... and its sweeps end done');
+
+$node->stop;
+done_testing();
