@@ -18,6 +18,21 @@
 #   wait_until($timeout, $check, $tick)
 #                                    poll $check until true; false on timeout
 #
+# For the retention worker's tests (020, 022, 023), on a PostgreSQL::Test::
+# Cluster $node with dedup installed in database $db:
+#   $LATEST_CLAIM                    the consumers' latest claim, a fixed date
+#                                    that keeps windows exact
+#   add_expired($node, $db, $consumer, $n)
+#                                    $n claims an hour apart, the latest at
+#                                    $LATEST_CLAIM
+#   count_of($node, $db, $consumer)  the consumer's records
+#   wait_sweep($node, $db, $outcome, $what)
+#                                    wake the sweeper; ok() once a sweep that
+#                                    started after now ended with $outcome
+#   set_config($node, $name, $value, $shown)
+#                                    ALTER SYSTEM SET (RESET for undef $value),
+#                                    reload; ok() once sessions see $shown
+#
 # Every broker, epmd and pgbouncer started here is stopped at exit, also when
 # the test dies or is interrupted.
 #
@@ -34,6 +49,7 @@ use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use POSIX qw(WNOHANG);
+use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(consumer_tables_sql log_from occurrences sweeper_start_re wait_log_count
@@ -41,7 +57,8 @@ our @EXPORT = qw(consumer_tables_sql log_from occurrences sweeper_start_re wait_
   spawn_session alive process_tree stop_group start_rabbitmq wait_rabbitmq
   stop_rabbitmq
   rabbitmqctl start_pgbouncer stop_pgbouncer wait_until require_tools
-  start_consumer stop_consumers check_exactly_once);
+  start_consumer stop_consumers check_exactly_once
+  $LATEST_CLAIM add_expired count_of wait_sweep set_config);
 
 my @to_stop;    # [pid, grace] of session leaders to stop at exit
 my @harnesses;  # consumers (IPC::Run harnesses)
@@ -621,6 +638,56 @@ sub stop_pgbouncer
 	forget_pid($b->{pid});
 	$b->{pid} = undef;
 	return $status;
+}
+
+# ---------------------------------------------------------------------------
+# the retention worker's tests
+# ---------------------------------------------------------------------------
+
+our $LATEST_CLAIM = q{'2024-06-01 12:00:00+00'::timestamptz};
+
+sub add_expired
+{
+	my ($node, $db, $consumer, $n) = @_;
+	$node->safe_psql($db, qq{
+INSERT INTO processed_messages
+SELECT '$consumer', 'm' || i, $LATEST_CLAIM - i * interval '1 hour'
+  FROM generate_series(0, $n - 1) i});
+	return;
+}
+
+sub count_of
+{
+	my ($node, $db, $consumer) = @_;
+	return $node->safe_psql($db,
+		"SELECT count(*) FROM processed_messages WHERE consumer_name = '$consumer'");
+}
+
+sub wait_sweep
+{
+	my ($node, $db, $outcome, $what) = @_;
+	my $since = $node->safe_psql($db, 'SELECT clock_timestamp()');
+	$node->safe_psql($db, 'SELECT dedup_sweeper_wake()');
+	return ok(
+		$node->poll_query_until(
+			$db, qq{
+SELECT last_sweep_start > '$since' AND sweeper_pid IS NULL
+   AND last_sweep_outcome = '$outcome'
+  FROM dedup_sweeper}),
+		"$db: $what");
+}
+
+sub set_config
+{
+	my ($node, $name, $value, $shown) = @_;
+	$node->safe_psql('postgres',
+		defined $value
+		? "ALTER SYSTEM SET $name = '$value'"
+		: "ALTER SYSTEM RESET $name");
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	return ok(
+		$node->poll_query_until('postgres', "SELECT current_setting('$name')", $shown),
+		"$name is now '$shown'");
 }
 
 1;

@@ -79,7 +79,7 @@ log_min_messages = debug1
 $node->start;
 
 # the latest claim of most consumers below; a fixed date keeps it exact
-my $L = q{'2024-06-01 12:00:00+00'::timestamptz};
+my $L = $LATEST_CLAIM;
 
 sub sql
 {
@@ -96,13 +96,6 @@ sub counts
 SELECT coalesce(string_agg(consumer_name || '=' || n, ',' ORDER BY consumer_name), '')
   FROM (SELECT consumer_name, count(*) AS n FROM processed_messages
 		 WHERE $where GROUP BY consumer_name) s});
-}
-
-sub count_of
-{
-	my ($db, $consumer) = @_;
-	return sql($db,
-		"SELECT count(*) FROM processed_messages WHERE consumer_name = '$consumer'");
 }
 
 # Wait for a sweep of $db that started after $since and finished 'done'; it
@@ -126,26 +119,6 @@ sub sweep_now
 	my $since = sql($db, 'SELECT clock_timestamp()');
 	sql($db, 'SELECT dedup_sweeper_wake()');
 	return wait_sweep_after($db, $since, $what);
-}
-
-# ALTER SYSTEM SET (or RESET, for undef) a parameter, reload, and wait until
-# the postmaster has it: any process it starts from then on has the value.
-sub set_config
-{
-	my ($name, $value, $shown) = @_;
-	if (defined $value)
-	{
-		sql('postgres', "ALTER SYSTEM SET $name = '$value'");
-	}
-	else
-	{
-		sql('postgres', "ALTER SYSTEM RESET $name");
-	}
-	sql('postgres', 'SELECT pg_reload_conf()');
-	ok($node->poll_query_until('postgres', "SELECT current_setting('$name')",
-			$shown),
-		"$name is now '$shown'");
-	return;
 }
 
 # the launcher does not start a sweeper for a while: it has stopped sweeping
@@ -190,7 +163,7 @@ COMMIT;
 }), '183', 'consumer a: 183 claims over 3 hours');
 sweep_now('db1', 'expiry with 1h');
 
-is(count_of('db1', 'a'), '62', 'consumer a: 62 claims remain (121 deleted)');
+is(count_of($node, 'db1', 'a'), '62', 'consumer a: 62 claims remain (121 deleted)');
 is( sql('db1', qq{
 SELECT count(*) FROM generate_series(0, 60) i
  WHERE NOT EXISTS (SELECT FROM processed_messages
@@ -283,13 +256,13 @@ is(sql('db1', q{SELECT dedup_reset_retention('r')}),
 is(sql('db1', q{SELECT dedup_reset_retention('r')}),
 	'f', 'a second dedup_reset_retention(r) returns false');
 sweep_now('db1', 'r back to the default');
-is(count_of('db1', 'r'), '2',
+is(count_of($node, 'db1', 'r'), '2',
 	'r is back on dedup.retention = 1h: 2 of its 49 claims remain (latest and latest - 1h)'
 );
 is(counts('db1'), 'a=62,c=11,f=21,long=25,r=2', 'nobody else lost a claim');
 
 # dedup.retention = -1: forever for consumers without their own window
-set_config('dedup.retention', '-1', '-1');
+set_config($node, 'dedup.retention', '-1', '-1');
 sweep_now('db1', 'settle: sweepers from now on have dedup.retention = -1');
 sql('db1', qq{
 BEGIN;
@@ -301,9 +274,9 @@ SELECT 'c2', 'm' || i, $L - i * interval '1 minute' FROM generate_series(0, 30) 
 COMMIT;
 });
 sweep_now('db1', 'dedup.retention = -1');
-is(count_of('db1', 'd'), '11',
+is(count_of($node, 'db1', 'd'), '11',
 	'dedup.retention = -1: d (no window of its own) keeps claims 10 days old');
-is(count_of('db1', 'c2'), '11',
+is(count_of($node, 'db1', 'c2'), '11',
 	'dedup.retention = -1: c2 (own window of 10 minutes) is still swept');
 is(sql('db1', 'SELECT default_retention FROM dedup_sweeper'),
 	'forever', 'view: default_retention forever');
@@ -311,7 +284,7 @@ is(sql('db1', 'SELECT default_retention FROM dedup_sweeper'),
 ###############################################################################
 note('4a. reload: a new dedup.retention applies to the next sweep');
 
-set_config('dedup.retention', undef, '1h');
+set_config($node, 'dedup.retention', undef, '1h');
 # no wake-up: the scheduled sweep picks it up
 ok($node->poll_query_until('db1', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'd'", '1'),
 	'after the reload to 1h, the next scheduled sweep deletes d\'s old claims');
@@ -321,7 +294,7 @@ is(counts('db1'), 'a=62,c=11,c2=11,d=1,f=21,long=25,r=2',
 ###############################################################################
 note('4b. dedup.sweep_enabled = off stops sweeping, on resumes it');
 
-set_config('dedup.sweep_enabled', 'off', 'off');
+set_config($node, 'dedup.sweep_enabled', 'off', 'off');
 wait_sweeping_stopped('db1');
 my $stopped_at = sql('db1', 'SELECT last_sweep_start FROM dedup_sweeper');
 sql('db1', qq{
@@ -334,11 +307,11 @@ is(sql('db1', 'SELECT last_sweep_start FROM dedup_sweeper'),
 	$stopped_at, 'sweep_enabled = off: no sweep in 4 intervals, even after a wake-up');
 is(occurrences(log_from($node, $offset), qr/starting background worker process "dedup sweeper/),
 	0, 'sweep_enabled = off: the log shows no sweeper started in any database');
-is(count_of('db1', 'e'), '6', 'sweep_enabled = off: expired claims stay');
+is(count_of($node, 'db1', 'e'), '6', 'sweep_enabled = off: expired claims stay');
 is(sql('db1', 'SELECT sweep_enabled, sweeper_running FROM dedup_sweeper'),
 	'f|t', 'view: sweep_enabled false, launcher still running');
 
-set_config('dedup.sweep_enabled', undef, 'on');
+set_config($node, 'dedup.sweep_enabled', undef, 'on');
 ok($node->poll_query_until('db1', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'e'", '2'),
 	'sweep_enabled back on: the expired claims are deleted (2 of 6 remain)');
 ok(sql('db1', "SELECT last_sweep_start > '$stopped_at' FROM dedup_sweeper") eq 't',
@@ -353,14 +326,14 @@ INSERT INTO processed_messages
 SELECT 'idle', 'm' || i, now() - interval '30 days' - i * interval '10 minutes'
   FROM generate_series(0, 12) i});
 sweep_now('db1', 'idle consumer');
-is(count_of('db1', 'idle'), '7',
+is(count_of($node, 'db1', 'idle'), '7',
 	'idle consumer (latest claim 30 days ago) keeps the hour before its latest claim: 7 of 13'
 );
 
 # A consumer whose last claim was 90 minutes ago, then the server went down.
 # Insert it while sweeps are off, so that the first sweep after the restart
 # is the one that meets the expired rows.
-set_config('dedup.sweep_enabled', 'off', 'off');
+set_config($node, 'dedup.sweep_enabled', 'off', 'off');
 wait_sweeping_stopped('db1');
 sql('db1', q{
 INSERT INTO processed_messages
@@ -376,7 +349,7 @@ SELECT sweeper_running AND sweep_enabled AND last_sweep_outcome = 'done'
    AND sweeper_pid IS NULL
   FROM dedup_sweeper}),
 	'after the restart, db1 is swept');
-is(count_of('db1', 'o'), '7',
+is(count_of($node, 'db1', 'o'), '7',
 	'after the outage: o keeps the hour before its latest claim (7 of 18), though all are older than now - 1h'
 );
 is( sql('db1', q{
@@ -409,7 +382,7 @@ sub batches_logged
 	}
 	return grep { $_->{n} > 0 } @batches;
 }
-set_config('dedup.sweep_batch_size', '100', '100');
+set_config($node, 'dedup.sweep_batch_size', '100', '100');
 sweep_now('db1', 'settle: sweepers from now on have batch size 100');
 my $total_before = sql('db1', 'SELECT total_rows_deleted FROM dedup_sweeper');
 my $batch_offset = -s $node->logfile;
@@ -419,7 +392,7 @@ SELECT 'batch', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
   FROM generate_series(1, 1050) i
 UNION ALL VALUES ('batch', 'latest', $L), ('batch', 'recent', $L - interval '30 minutes')});
 sweep_now('db1', '1050 expired rows');
-is(count_of('db1', 'batch'), '2', 'all 1050 expired rows deleted, the 2 in the window kept');
+is(count_of($node, 'db1', 'batch'), '2', 'all 1050 expired rows deleted, the 2 in the window kept');
 my @batches = batches_logged($batch_offset, 'batch');
 my %xids = map { $_->{xid} => 1 } @batches;
 my @sizes = map { $_->{n} } @batches;
@@ -434,7 +407,7 @@ is( sql('db1', 'SELECT total_rows_deleted FROM dedup_sweeper'),
 	$total_before + 1050, 'view: total_rows_deleted grew by 1050');
 
 # the pause between batches: 5 batches of 100 with 300 ms between them
-set_config('dedup.sweep_batch_delay', '300ms', '300ms');
+set_config($node, 'dedup.sweep_batch_delay', '300ms', '300ms');
 $batch_offset = -s $node->logfile;
 sql('db1', qq{
 INSERT INTO processed_messages
@@ -454,7 +427,7 @@ SELECT count(*) = 1 FROM pg_stat_activity
    AND wait_event_type = 'Extension' AND wait_event = '$pause_wait'}),
 	"the sweeper pauses between batches in pg_stat_activity ($pause_wait)");
 wait_sweep_after('db1', $paced_since, '500 expired rows, paced');
-is(count_of('db1', 'paced'), '1', 'paced sweep: the 500 expired rows deleted');
+is(count_of($node, 'db1', 'paced'), '1', 'paced sweep: the 500 expired rows deleted');
 my @paced = batches_logged($batch_offset, 'paced');
 my @pauses = map { $paced[$_]{at} - $paced[ $_ - 1 ]{at} } 1 .. $#paced;
 is(join(',', map { $_->{n} } @paced), '100,100,100,100,100',
@@ -462,8 +435,8 @@ is(join(',', map { $_->{n} } @paced), '100,100,100,100,100',
 is(scalar(grep { $_ < 0.299 } @pauses), 0,	# the log says when to the ms
 	'paced sweep: at least 300 ms between two batches (pauses: '
 	  . join(", ", map { sprintf "%.3f s", $_ } @pauses) . ')');
-set_config('dedup.sweep_batch_delay', undef, '0');
-set_config('dedup.sweep_batch_size', undef, '1000');
+set_config($node, 'dedup.sweep_batch_delay', undef, '0');
+set_config($node, 'dedup.sweep_batch_size', undef, '1000');
 
 ###############################################################################
 note('9. dedup.sweep_role');
@@ -481,7 +454,7 @@ GRANT SELECT, UPDATE ON processed_messages TO nodelete;
 GRANT SELECT ON dedup_retention TO sweeper, nodelete;
 });
 }
-set_config('dedup.sweep_role', 'sweeper', 'sweeper');
+set_config($node, 'dedup.sweep_role', 'sweeper', 'sweeper');
 sql('db1', qq{
 INSERT INTO processed_messages
 SELECT 'batch-role', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 9) i});
@@ -508,15 +481,15 @@ my ($role_outcome, $role_error) = split /\|/,
 note("sweep as a role with SELECT and DELETE: outcome $role_outcome, error: "
 	  . ($role_error // ''));
 is($role_outcome, 'done', 'sweep_role with SELECT, DELETE: the sweep succeeds');
-is(count_of('db1', 'batch-role'), '2',
+is(count_of($node, 'db1', 'batch-role'), '2',
 	'sweep_role with SELECT, DELETE: expired claims deleted');
 
 is(sql('db1', 'SELECT last_sweep_outcome FROM dedup_sweeper'), 'done', 'view: done');
 
 # A role that may read (and update) but not delete.  Sweep db1 only, so that every error
 # in the log comes from it.
-set_config('dedup.databases', 'db1', 'db1');
-set_config('dedup.sweep_role', 'nodelete', 'nodelete');
+set_config($node, 'dedup.databases', 'db1', 'db1');
+set_config($node, 'dedup.sweep_role', 'nodelete', 'nodelete');
 my $since = sql('db1', 'SELECT clock_timestamp()');
 $offset = -s $node->logfile;
 sql('db1', qq{
@@ -548,13 +521,13 @@ ok(@error_times >= 3 && @error_times <= 5,
 	  . scalar(@error_times) . ')');
 ok(@gaps >= 2 && !grep({ $gaps[$_] < 1.5 * $gaps[ $_ - 1 ] } 1 .. $#gaps),
 	'back-off: each retry waits at least 1.5 times longer than the one before');
-is(count_of('db1', 'denied'), '10', 'the failing sweeps deleted nothing');
+is(count_of($node, 'db1', 'denied'), '10', 'the failing sweeps deleted nothing');
 
-set_config('dedup.sweep_role', undef, '');
-set_config('dedup.databases', undef, '');
+set_config($node, 'dedup.sweep_role', undef, '');
+set_config($node, 'dedup.databases', undef, '');
 # the back-off may put the next sweep far away; a wake-up sweeps now
 sweep_now('db1', 'role fixed, woken up');
-is(count_of('db1', 'denied'), '2', 'fixed: the expired claims are deleted');
+is(count_of($node, 'db1', 'denied'), '2', 'fixed: the expired claims are deleted');
 is(sql('db1', q{SELECT last_sweep_outcome, last_error LIKE 'permission denied%' FROM dedup_sweeper}),
 	'done|t', 'view: done again; last_error still tells what went wrong before');
 
@@ -598,7 +571,7 @@ SELECT 'x', 'old' || i, $L - interval '1 day' - i * interval '1 hour' FROM gener
 # the background sweeper may get there first: count both
 my $by_maint = $node->safe_psql('db1', 'SELECT dedup_sweep()',
 	extra_params => [ '-U', 'maint' ]);
-ok($by_maint =~ /^[0-3]$/ && count_of('db1', 'x') eq '2',
+ok($by_maint =~ /^[0-3]$/ && count_of($node, 'db1', 'x') eq '2',
 	"a role granted EXECUTE (and no table privilege) runs dedup_sweep() (deleted $by_maint)");
 
 ###############################################################################
@@ -711,7 +684,7 @@ is(occurrences($all, sweeper_start_re('noext')), 3,
 );
 
 # dedup.databases = db1: db2 is left alone, even when woken up
-set_config('dedup.databases', 'db1', 'db1');
+set_config($node, 'dedup.databases', 'db1', 'db1');
 sweep_now('db1', 'settle 1');
 sweep_now('db1', 'settle 2: the launcher has seen dedup.databases');
 $offset = -s $node->logfile;
@@ -725,13 +698,13 @@ sql('db2', 'SELECT dedup_sweeper_wake()');
 ok($node->poll_query_until('db1', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'only'", '2'),
 	'dedup.databases = db1: db1 is swept');
 ok(wait_log_count($node, $offset, sweeper_start_re('db1'), 3), 'db1 swept 3 more times');
-is(count_of('db2', 'only'), '4', 'dedup.databases = db1: db2\'s expired claims stay');
+is(count_of($node, 'db2', 'only'), '4', 'dedup.databases = db1: db2\'s expired claims stay');
 is(occurrences(log_from($node, $offset), sweeper_start_re('db2')),
 	0, 'dedup.databases = db1: no sweeper started in db2');
 is(sql('db2', 'SELECT database_state IS NULL FROM dedup_sweeper'),
 	't', 'db2 view: the sweeper does not track db2');
 
-set_config('dedup.databases', undef, '');
+set_config($node, 'dedup.databases', undef, '');
 ok($node->poll_query_until('db2', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'only'", '2'),
 	'dedup.databases reset: db2 is swept again');
 
@@ -778,7 +751,7 @@ note('sweepers started in db2 while CREATE EXTENSION was not committed yet: '
 # give the launcher three passes over the databases
 $offset = -s $node->logfile;
 ok(wait_log_count($node, $offset, sweeper_start_re('db1'), 3), 'db1 swept 3 times since the COMMIT');
-is(count_of('db2', 'tx'), '2',
+is(count_of($node, 'db2', 'tx'), '2',
 	'CREATE EXTENSION inside a longer transaction: db2 is swept once it commits');
 is(sql('db2', 'SELECT database_state FROM dedup_sweeper'), 'active',
 	'... and tracked as active');

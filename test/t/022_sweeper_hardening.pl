@@ -60,44 +60,12 @@ log_min_messages = debug1
 $node->start;
 
 # the latest claim of the consumers below; a fixed date keeps it exact
-my $L = q{'2024-06-01 12:00:00+00'::timestamptz};
+my $L = $LATEST_CLAIM;
 
 sub sql
 {
 	my ($db, $query) = @_;
 	return $node->safe_psql($db, $query);
-}
-
-# $n claims of consumer $consumer, all but the latest past the 1h window
-sub add_expired
-{
-	my ($db, $consumer, $n) = @_;
-	sql($db, qq{
-INSERT INTO processed_messages
-SELECT '$consumer', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, $n - 1) i});
-	return;
-}
-
-sub count_of
-{
-	my ($db, $consumer) = @_;
-	return sql($db,
-		"SELECT count(*) FROM processed_messages WHERE consumer_name = '$consumer'");
-}
-
-# wait for a sweep of $db that started after now and ended with $outcome
-sub wait_sweep
-{
-	my ($db, $outcome, $what) = @_;
-	my $since = sql($db, 'SELECT clock_timestamp()');
-	sql($db, 'SELECT dedup_sweeper_wake()');
-	return ok(
-		$node->poll_query_until(
-			$db, qq{
-SELECT last_sweep_start > '$since' AND sweeper_pid IS NULL
-   AND last_sweep_outcome = '$outcome'
-  FROM dedup_sweeper}),
-		"$db: $what");
 }
 
 ###############################################################################
@@ -113,10 +81,10 @@ ok( wait_log_count($node, $offset, sweeper_start_re('a3'), 1),
 sql('postgres', 'CREATE ROLE dbowner LOGIN');
 sql('postgres', 'CREATE DATABASE owned OWNER dbowner');
 sql('owned', 'CREATE EXTENSION dedup');
-add_expired('owned', 'c', 4);
-wait_sweep('owned', 'done',
+add_expired($node, 'owned', 'c', 4);
+wait_sweep($node, 'owned', 'done',
 	'a database with dedup created after 4 without it (2 slots) is swept');
-is(count_of('owned', 'c'), '2', 'owned: its expired claims are deleted');
+is(count_of($node, 'owned', 'c'), '2', 'owned: its expired claims are deleted');
 is(sql('owned', 'SELECT database_state FROM dedup_sweeper'),
 	'active', 'owned: tracked as active');
 
@@ -144,21 +112,21 @@ SELECT count(*) FROM pg_db_role_setting s, unnest(s.setconfig)
 my $serializable = $node->background_psql('postgres');
 $serializable->query_safe('BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT 1');
 
-add_expired('owned', 'd', 4);
-wait_sweep('owned', 'done',
+add_expired($node, 'owned', 'd', 4);
+wait_sweep($node, 'owned', 'done',
 	'with the settings and a serializable transaction open, sweeps end done');
-is(count_of('owned', 'd'), '2', '... and delete the expired claims');
+is(count_of($node, 'owned', 'd'), '2', '... and delete the expired claims');
 
 # kept until the row is locked, so that no sweep deletes it before
 sql('owned', q{SELECT dedup_keep_forever('e')});
-add_expired('owned', 'e', 4);
+add_expired($node, 'owned', 'e', 4);
 my $locker = $node->background_psql('owned');
 $locker->query_safe(q{
 BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT 1 FROM processed_messages WHERE consumer_name = 'e' AND message_id = 'm3' FOR UPDATE});
 sql('owned', q{SELECT dedup_reset_retention('e')});
 $offset = -s $node->logfile;
-wait_sweep('owned', 'partial',
+wait_sweep($node, 'owned', 'partial',
 	'with exit_on_error on, a locked row still ends a sweep partial');
 is(sql('owned', 'SELECT last_error FROM dedup_sweeper'),
 	'', '... with no error');
@@ -173,12 +141,12 @@ note('2. slots: more databases with dedup than slots');
 
 sql('postgres', 'CREATE DATABASE app2');
 sql('app2', 'CREATE EXTENSION dedup');
-wait_sweep('app2', 'done', 'a second database with dedup is swept');
+wait_sweep($node, 'app2', 'done', 'a second database with dedup is swept');
 
 $offset = -s $node->logfile;
 sql('postgres', 'CREATE DATABASE app3');
 sql('app3', 'CREATE EXTENSION dedup');
-add_expired('app3', 'c', 4);
+add_expired($node, 'app3', 'c', 4);
 my $exhausted =
   qr/LOG:  dedup sweeper cannot track database "app3": all 2 slots are in use/;
 ok(wait_log_count($node, $offset, $exhausted, 1), 'the database left out is named in the log');
@@ -190,7 +158,7 @@ ok(wait_log_count($node, $after, sweeper_start_re('owned'), 3),
 is(occurrences(log_from($node, $offset), $exhausted), 1, '... and it is named only once');
 is(sql('app3', 'SELECT database_state IS NULL FROM dedup_sweeper'),
 	't', 'app3 is not tracked');
-is(count_of('app3', 'c'), '4', '... nor swept');
+is(count_of($node, 'app3', 'c'), '4', '... nor swept');
 
 sql('app2', 'DROP EXTENSION dedup');
 ok($node->poll_query_until('app3', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'c'}, '2'),
@@ -207,8 +175,8 @@ LOCK TABLE processed_messages IN EXCLUSIVE MODE;
 INSERT INTO processed_messages
 SELECT 'f', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
 my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
-wait_sweep('owned', 'blocked', 'a sweep that finds the table locked ends blocked');
-wait_sweep('owned', 'blocked', '... and so does the next one');
+wait_sweep($node, 'owned', 'blocked', 'a sweep that finds the table locked ends blocked');
+wait_sweep($node, 'owned', 'blocked', '... and so does the next one');
 is(sql('owned', 'SELECT last_sweep_rows, last_error IS NULL FROM dedup_sweeper'),
 	'0|t', '... deleting nothing, and with no error');
 my $blocked_re =
@@ -216,8 +184,8 @@ my $blocked_re =
 is(occurrences(log_from($node, $offset), $blocked_re), 1,
 	'the log names the session holding the lock, once');
 $holder->query_safe('COMMIT');
-wait_sweep('owned', 'done', 'once the lock is released, the sweep ends done');
-is(count_of('owned', 'f'), '2', '... and deletes the expired claims');
+wait_sweep($node, 'owned', 'done', 'once the lock is released, the sweep ends done');
+is(count_of($node, 'owned', 'f'), '2', '... and deletes the expired claims');
 $holder->quit;
 
 ###############################################################################

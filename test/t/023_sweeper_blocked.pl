@@ -46,59 +46,12 @@ log_min_messages = debug1
 $node->start;
 
 # the latest claim of the consumers below; a fixed date keeps it exact
-my $L = q{'2024-06-01 12:00:00+00'::timestamptz};
+my $L = $LATEST_CLAIM;
 
 sub sql
 {
 	my ($db, $query) = @_;
 	return $node->safe_psql($db, $query);
-}
-
-# ALTER SYSTEM SET (or RESET, for undef) and reload; wait until new
-# sessions see it
-sub set_config
-{
-	my ($name, $value, $shown) = @_;
-	sql('postgres',
-		defined $value
-		? "ALTER SYSTEM SET $name = '$value'"
-		: "ALTER SYSTEM RESET $name");
-	sql('postgres', 'SELECT pg_reload_conf()');
-	ok($node->poll_query_until('postgres', "SELECT current_setting('$name')", $shown),
-		"$name is now '$shown'");
-	return;
-}
-
-# $n claims of consumer $consumer, all but the latest past the 1h window
-sub add_expired
-{
-	my ($db, $consumer, $n) = @_;
-	sql($db, qq{
-INSERT INTO processed_messages
-SELECT '$consumer', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, $n - 1) i});
-	return;
-}
-
-sub count_of
-{
-	my ($db, $consumer) = @_;
-	return sql($db,
-		"SELECT count(*) FROM processed_messages WHERE consumer_name = '$consumer'");
-}
-
-# wait for a sweep of $db that started after now and ended with $outcome
-sub wait_sweep
-{
-	my ($db, $outcome, $what) = @_;
-	my $since = sql($db, 'SELECT clock_timestamp()');
-	sql($db, 'SELECT dedup_sweeper_wake()');
-	return ok(
-		$node->poll_query_until(
-			$db, qq{
-SELECT last_sweep_start > '$since' AND sweeper_pid IS NULL
-   AND last_sweep_outcome = '$outcome'
-  FROM dedup_sweeper}),
-		"$db: $what");
 }
 
 sql('postgres', 'CREATE ROLE dbo LOGIN CREATEDB');
@@ -117,9 +70,9 @@ GRANT SELECT ON dedup_retention TO ops;
 ###############################################################################
 note('1. the sweep runs as dedup.sweep_role');
 
-set_config('dedup.sweep_role',       'ops',   'ops');
-set_config('dedup.sweep_batch_size', '10',    '10');
-set_config('dedup.sweep_batch_delay', '10ms', '10ms');
+set_config($node, 'dedup.sweep_role',       'ops',   'ops');
+set_config($node, 'dedup.sweep_batch_size', '10',    '10');
+set_config($node, 'dedup.sweep_batch_delay', '10ms', '10ms');
 # 640 batches with a pause between them: a sweep of several seconds
 sql('dbb', qq{
 INSERT INTO processed_messages
@@ -140,17 +93,17 @@ ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHER
 # (polled: the next sweep may have begun already)
 ok($node->poll_query_until('dbb', q{SELECT last_sweep_outcome = 'done' AND last_error IS NULL FROM dedup_sweeper}),
 	'... and ends done');
-set_config('dedup.sweep_batch_delay', undef, '0');
-set_config('dedup.sweep_batch_size',  undef, '1000');
+set_config($node, 'dedup.sweep_batch_delay', undef, '0');
+set_config($node, 'dedup.sweep_batch_size',  undef, '1000');
 
 ###############################################################################
 note('2. a wake-up does not shorten the back-off of a failing database');
 
 # only dbb, so that every error in the log is of its sweeps
-set_config('dedup.databases',  'dbb',    'dbb');
-set_config('dedup.sweep_role', 'nopriv', 'nopriv');
+set_config($node, 'dedup.databases',  'dbb',    'dbb');
+set_config($node, 'dedup.sweep_role', 'nopriv', 'nopriv');
 my $offset = -s $node->logfile;
-add_expired('dbb', 'denied', 4);
+add_expired($node, 'dbb', 'denied', 4);
 sql('dbb', 'SELECT dedup_sweeper_wake()');
 my $error_re = qr/ERROR:  permission denied for table processed_messages/;
 # failures after 0, 1, 3 and 7 s: the next one is 8 s away
@@ -184,16 +137,16 @@ is(sql('dbb', qq{SELECT '$after'::timestamptz >= '$before'::timestamptz}),
 	't', '... and the next sweep is not brought forward');
 
 # a reload retries at once: once the role is fixed, the claims go
-set_config('dedup.sweep_role', 'ops', 'ops');
+set_config($node, 'dedup.sweep_role', 'ops', 'ops');
 ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'denied'}, '2'),
 	'after a reload that fixes the role, the database is swept');
-set_config('dedup.databases', undef, '');
-wait_sweep('dbb', 'done', 'a wake-up of a healthy database sweeps at once');
+set_config($node, 'dedup.databases', undef, '');
+wait_sweep($node, 'dbb', 'done', 'a wake-up of a healthy database sweeps at once');
 
 ###############################################################################
 note('3. one database cannot hold up the others');
 
-wait_sweep('dba', 'done', 'dba is swept');
+wait_sweep($node, 'dba', 'done', 'dba is swept');
 my $dba_oid = sql('postgres', q{SELECT oid FROM pg_database WHERE datname = 'dba'});
 $offset = -s $node->logfile;
 
@@ -211,7 +164,7 @@ SELECT count(*) > 0 FROM pg_locks
 	'a sweeper of dba waits for the lock on dba');
 
 # claims expired after that: only a sweep that comes later deletes them
-add_expired('dbb', 'later', 4);
+add_expired($node, 'dbb', 'later', 4);
 ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'later'}, '2'),
 	'dbb is still swept');
 
@@ -251,7 +204,7 @@ ok($outcome =~ /^(?:blocked|running|done)$/,
 is($error,
 	qq{could not connect: another session (pid $holder_pid) holds a lock on database "dba"},
 	'dba: last_error names the session holding the lock');
-add_expired('dba', 'after', 4);
+add_expired($node, 'dba', 'after', 4);
 ok($node->poll_query_until('dba', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'after'}, '2'),
 	'dba is swept again once the lock is released');
 ok($node->poll_query_until('dba', q{SELECT last_sweep_outcome = 'done' AND sweeper_pid IS NULL FROM dedup_sweeper}),

@@ -139,7 +139,7 @@ SELECT count(DISTINCT application_name) FROM pg_stat_activity
 
 # faults, at applications counted in the database (once every consumer is
 # connected)
-my @faults = ([ 80, 'terminate' ], [ 180, 'restart' ], [ 280, 'terminate' ]);
+my @faults = ([ 60, 'terminate' ], [ 150, 'restart' ], [ 240, 'terminate' ]);
 my @done;
 my $drained = 0;
 my $deadline = time() + 120;
