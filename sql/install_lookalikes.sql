@@ -34,7 +34,9 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS object,
 	   IS DISTINCT FROM 'pg_catalog';
 
 -- The extension's objects on which PUBLIC holds a privilege (a NULL ACL
--- means the default one: EXECUTE on functions, USAGE on types).
+-- means the default one: EXECUTE on functions, USAGE on types).  Array
+-- types have no privileges of their own, and a table's row type has
+-- PUBLIC's USAGE in every database (17 and later list both as members).
 CREATE TEMP VIEW public_privileges AS
 SELECT pg_describe_object(d.classid, d.objid, 0) AS object, a.privilege_type
   FROM pg_depend d
@@ -42,6 +44,7 @@ SELECT pg_describe_object(d.classid, d.objid, 0) AS object, a.privilege_type
   LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
   LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
   LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
+	   AND t.typrelid = 0 AND t.typcategory <> 'A'
  CROSS JOIN LATERAL aclexplode(COALESCE(
 		p.proacl, acldefault('f', p.proowner),
 		c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner),
