@@ -24,7 +24,8 @@
 #    than 1.21 does not track prepared statements, so the second consumer's
 #    first COMMIT (which pgjdbc prepares as "S_1") fails with 42P05 and its
 #    claim is rolled back.  pgbouncer 1.21 and later with
-#    max_prepared_statements keeps them apart and both consumers succeed.
+#    max_prepared_statements keeps them apart (it prepares each on the
+#    server under a name of its own) and both consumers succeed.
 #
 use strict;
 use warnings;
@@ -289,6 +290,9 @@ if ($tracks)
 	is($second->{code}, 0,
 		"default threshold: pgbouncer $version with max_prepared_statements keeps the second consumer's prepared statements apart")
 	  or diag($second->{err});
+	like(log_from($node, $offset),
+		qr/\] default-b LOG:  execute PGBOUNCER_\d+: SELECT dedup\.dedup_claim/,
+		'default threshold: ... under names of its own on the server (PGBOUNCER_n)');
 	balances_ok('default threshold');
 }
 else
