@@ -134,6 +134,16 @@ sub consumers
 	return @c;
 }
 
+# consumer($app, $port, $consumer, \@messages): one DedupConsumer, as
+# consumers() runs it
+sub consumer
+{
+	my ($app, $port, $consumer, $messages) = @_;
+	my ($c) = consumers(
+		{ app => $app, port => $port, consumer => $consumer, messages => $messages });
+	return $c;
+}
+
 # answers($spec): the consumer's "claimed"/"duplicate" lines, as id => answer
 sub answers
 {
@@ -183,13 +193,8 @@ sub bouncer
 
 my $offset = -s $node->logfile;
 my @direct_msgs = messages('d', 10);
-my ($direct) = consumers(
-	{
-		app => 'direct',
-		port => $node->port,
-		consumer => 'ledger-direct',
-		messages => [ @direct_msgs, $direct_msgs[1] ]    # d-0002 redelivered
-	});
+my $direct = consumer('direct', $node->port, 'ledger-direct',
+	[ @direct_msgs, $direct_msgs[1] ]);    # d-0002 redelivered
 is($direct->{code}, 0, 'direct: the consumer ended cleanly') or diag($direct->{err});
 my @lines = grep { /^(claimed|duplicate) / } split /\n/, $direct->{out};
 is(join(',', @lines[ 9, 10 ]), 'claimed d-0010,duplicate d-0002',
@@ -266,25 +271,11 @@ my $tracks = $version >= 1.21;
 my $single = bouncer('single', default_pool_size => 1,
 	$tracks ? (max_prepared_statements => 100) : ());
 $offset = -s $node->logfile;
-my @first_msgs = messages('a', 6);
-my ($first) = consumers(
-	{
-		app => 'default-a',
-		port => $single->{port},
-		consumer => 'ledger-default',
-		messages => \@first_msgs
-	});
+my $first = consumer('default-a', $single->{port}, 'ledger-default', [ messages('a', 6) ]);
 is($first->{code}, 0, 'default threshold: the first consumer on the server connection ends cleanly')
   or diag($first->{err});
 my %b_before = %balance;
-my @second_msgs = messages('b', 6);
-my ($second) = consumers(
-	{
-		app => 'default-b',
-		port => $single->{port},
-		consumer => 'ledger-default',
-		messages => \@second_msgs
-	});
+my $second = consumer('default-b', $single->{port}, 'ledger-default', [ messages('b', 6) ]);
 if ($tracks)
 {
 	is($second->{code}, 0,
