@@ -31,6 +31,7 @@ optional=(
 	python3-psycopg2
 	prometheus-postgres-exporter prometheus rabbitmq-server python3-pika
 	pgbouncer python3-psycopg valgrind
+	libpostgresql-jdbc-java default-jdk-headless
 )
 
 if [ "$(id -u)" -ne 0 ]; then
