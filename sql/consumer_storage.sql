@@ -145,15 +145,37 @@ SELECT consumer, retention, expired_backlog, future_records
   FROM dedup_stats WHERE consumer IN ('ancient', 'bad-huge-idle', 'bad-months', 'idle', 'idle-forever', 'spread')
  ORDER BY consumer;
 
--- its privileges are unchanged: pg_monitor, not PUBLIC
+-- who may read it is unchanged: a monitoring role (pg_monitor) may, and
+-- sees what a superuser sees, whatever is planted on its search_path; an
+-- application that claims may not, nor a role that can only connect
 CREATE ROLE regress_storage_monitor IN ROLE pg_monitor;
-CREATE ROLE regress_storage_nobody;
+CREATE ROLE regress_storage_app;
+GRANT EXECUTE ON FUNCTION dedup_claim(text, text) TO regress_storage_app;
+CREATE ROLE regress_storage_connect;
+GRANT USAGE ON SCHEMA regress_v11 TO regress_storage_monitor;
+GRANT SELECT ON regress_v11.differences TO regress_storage_monitor;
+CREATE SCHEMA regress_planted;
+CREATE FUNCTION regress_planted.planted_texteq(text, text) RETURNS boolean
+	LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'planted operator called'; END $$;
+CREATE OPERATOR regress_planted.= (LEFTARG = text, RIGHTARG = text,
+	FUNCTION = regress_planted.planted_texteq);
+CREATE FUNCTION regress_planted.now() RETURNS timestamptz
+	LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'planted now() called'; END $$;
+GRANT USAGE ON SCHEMA regress_planted TO PUBLIC;
+SET search_path = regress_planted, public, pg_catalog;
 SET ROLE regress_storage_monitor;
-SELECT count(*) AS consumers FROM dedup_consumer_storage();
-SET ROLE regress_storage_nobody;
+SELECT * FROM regress_v11.differences;
+SELECT consumers, expired_backlog, future_records FROM dedup_storage;
+SELECT count(*) AS consumers FROM dedup_stats;
+SET ROLE regress_storage_app;
 SELECT count(*) FROM dedup_consumer_storage();
+SELECT count(*) FROM dedup_stats;
+SET ROLE regress_storage_connect;
+SELECT count(*) FROM dedup_consumer_storage();
+SELECT count(*) FROM dedup_storage;
 RESET ROLE;
-DROP ROLE regress_storage_monitor, regress_storage_nobody;
-
+RESET search_path;
+DROP SCHEMA regress_planted CASCADE;
 DROP SCHEMA regress_v11 CASCADE;
 DROP EXTENSION dedup;
+DROP ROLE regress_storage_monitor, regress_storage_app, regress_storage_connect;
