@@ -239,6 +239,7 @@ typedef struct DedupConsumer
 
 extern List *dedup_consumers(const DedupRelations *rels,
 							 const char *only_consumer, bool with_windows);
+
 /* ---- end of the consumer walk ---- */
 
 /*

@@ -63,8 +63,8 @@ typedef struct NameStats
 {
 	float4		reltuples;
 	float4		null_frac;
-	float4		distinct;		/* distinct values (negative n_distinct
-								 * scaled to the table) */
+	float4		distinct;		/* distinct values (negative n_distinct scaled
+								 * to the table) */
 	AttStatsSlot mcv;			/* most common values, their frequencies */
 	float4		mcv_freq;		/* the sum of those frequencies */
 } NameStats;
