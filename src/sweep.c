@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * sweep.c
- *	  The retention rule, finding and deleting expired processed_messages
- *	  rows, and the SQL functions built on them: dedup_sweep(),
- *	  dedup_retention_cutoff() and the window checks.
+ *	  The retention rule, the consumer walk (each consumer with its window
+ *	  and cutoff: the sweep's targets, and the storage views' consumers in
+ *	  storage.c), deleting expired processed_messages rows, and the SQL
+ *	  functions built on them: dedup_sweep(), dedup_retention_cutoff() and
+ *	  the window checks.
  *
  * The retention rule: a consumer's window is counted back from that
  * consumer's latest claim, or from now if that claim is dated in the future
@@ -137,9 +139,9 @@ dedup_default_retention(PG_FUNCTION_ARGS)
  * dedup_retention_cutoff(latest timestamptz, retention interval)
  * RETURNS timestamptz
  *
- * The retention rule for the views: rows older than the result are
- * expired.  NULL when nothing expires: no claim, a window of NULL
- * (forever), or an invalid window.
+ * The retention rule in SQL (the storage views' 1.1 definition uses it):
+ * rows older than the result are expired.  NULL when nothing expires: no
+ * claim, a window of NULL (forever), or an invalid window.
  */
 Datum
 dedup_retention_cutoff(PG_FUNCTION_ARGS)
