@@ -452,7 +452,7 @@ dedup_consumers(const DedupRelations *rels, const char *only_consumer,
 		if (!found)
 			break;
 
-		/* its latest claim: the last index entry of the consumer */
+		/* its latest claim: its last index entry (or the one just found) */
 		latest = oldest;
 		dedup_scan_key(&key, index, 1, BTEqualStrategyNumber,
 					   PointerGetDatum(name));
