@@ -150,3 +150,25 @@ ALTER TABLE @extschema@.dedup_retention
 	ENABLE ALWAYS TRIGGER dedup_retention_audit_truncate;
 
 REVOKE ALL ON FUNCTION @extschema@.dedup_retention_audit() FROM PUBLIC;
+
+/*
+ * dedup_consumer_storage(), behind dedup_stats and dedup_storage, in C
+ * (storage.c) on the sweep's own consumer walk: the columns and figures of
+ * its 1.1 SQL definition, with the retention rule implemented once.  It
+ * reads the tables by OID and needs no privilege on them, so it runs as its
+ * caller: EXECUTE (pg_monitor) is still all a monitoring role needs.
+ * CREATE OR REPLACE keeps its OID, owner and privileges, and the views.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.dedup_consumer_storage(
+	OUT consumer text,
+	OUT records_estimate bigint,
+	OUT oldest_record_at timestamptz,
+	OUT latest_record_at timestamptz,
+	OUT retention interval,
+	OUT keep_forever boolean,
+	OUT retention_valid boolean,
+	OUT expired_backlog bigint,
+	OUT future_records bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dedup_consumer_storage'
+LANGUAGE C STABLE PARALLEL RESTRICTED;

@@ -219,6 +219,30 @@ extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
 								int limit, TimestampTz *last);
 
 /*
+ * ---- the consumer walk (sweep.c), for the sweep and the storage figures
+ * (storage.c: dedup_consumer_storage()); to move to sweep.h ----
+ *
+ * A consumer with rows in processed_messages or a window of its own in
+ * dedup_retention, and what the retention rule makes of it.
+ */
+typedef struct DedupConsumer
+{
+	text	   *name;
+	bool		has_rows;		/* it has rows in processed_messages */
+	TimestampTz oldest;			/* if has_rows: its oldest claim */
+	TimestampTz latest;			/* if has_rows: its latest claim */
+	Interval   *window;			/* its window; NULL: kept forever */
+	bool		window_valid;	/* NULL, or dedup_retention_is_valid() */
+	bool		expires;		/* rows older than cutoff are expired */
+	TimestampTz cutoff;
+} DedupConsumer;
+
+extern List *dedup_consumers(const DedupRelations *rels,
+							 const char *only_consumer, bool with_windows);
+
+/* ---- end of the consumer walk ---- */
+
+/*
  * audit.c: the audit trail, one LOG line per record deleted on purpose and
  * per window change; dedup_quote_literal renders any untrusted string
  * (names, ids) as a one-line SQL literal that reads back as the original

@@ -641,6 +641,7 @@ dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
 		{TEXTOID, BTGreaterStrategyNumber, F_TEXT_GT},
 		{TIMESTAMPTZOID, BTLessStrategyNumber, F_TIMESTAMPTZ_LT},
 		{TIMESTAMPTZOID, BTGreaterEqualStrategyNumber, F_TIMESTAMPTZ_GE},
+		{TIMESTAMPTZOID, BTGreaterStrategyNumber, F_TIMESTAMPTZ_GT},
 	};
 	Oid			type = TupleDescAttr(RelationGetDescr(index), attno - 1)->atttypid;
 

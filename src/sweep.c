@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * sweep.c
- *	  The retention rule, finding and deleting expired processed_messages
- *	  rows, and the SQL functions built on them: dedup_sweep(),
- *	  dedup_retention_cutoff() and the window checks.
+ *	  The retention rule, the consumer walk (each consumer with its window
+ *	  and cutoff: the sweep's targets, and the storage views' consumers in
+ *	  storage.c), deleting expired processed_messages rows, and the SQL
+ *	  functions built on them: dedup_sweep(), dedup_retention_cutoff() and
+ *	  the window checks.
  *
  * The retention rule: a consumer's window is counted back from that
  * consumer's latest claim, or from now if that claim is dated in the future
@@ -100,23 +102,18 @@ window_is_valid(const Interval *window)
 /*
  * The retention rule: set *cutoff to the time before which a consumer whose
  * latest claim is latest has expired rows, and return true; return false
- * when nothing of it expires (window NULL: forever) or its window is
- * invalid (*invalid set).
+ * when nothing of it expires: its window is NULL (forever) or invalid, or
+ * its latest claim too early to count a window back from.
  */
 static bool
 retention_cutoff(TimestampTz latest, const Interval *window,
-				 TimestampTz *cutoff, bool *invalid)
+				 TimestampTz *cutoff)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	*invalid = false;
-	if (window == NULL)
+	if (window == NULL || !window_is_valid(window) ||
+		latest < EARLIEST_LATEST_CLAIM)
 		return false;
-	if (!window_is_valid(window) || latest < EARLIEST_LATEST_CLAIM)
-	{
-		*invalid = true;
-		return false;
-	}
 	latest = Min(latest, now);
 	*cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
 													  TimestampTzGetDatum(latest),
@@ -142,19 +139,18 @@ dedup_default_retention(PG_FUNCTION_ARGS)
  * dedup_retention_cutoff(latest timestamptz, retention interval)
  * RETURNS timestamptz
  *
- * The retention rule for the views: rows older than the result are
- * expired.  NULL when nothing expires: no claim, a window of NULL
- * (forever), or an invalid window.
+ * The retention rule in SQL (the storage views' 1.1 definition uses it):
+ * rows older than the result are expired.  NULL when nothing expires: no
+ * claim, a window of NULL (forever), or an invalid window.
  */
 Datum
 dedup_retention_cutoff(PG_FUNCTION_ARGS)
 {
 	TimestampTz cutoff;
-	bool		invalid;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) ||
 		!retention_cutoff(PG_GETARG_TIMESTAMPTZ(0), PG_GETARG_INTERVAL_P(1),
-						  &cutoff, &invalid))
+						  &cutoff))
 		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(cutoff);
 }
@@ -297,6 +293,21 @@ first_row(Relation rel, Relation index, ScanKey keys, int nkeys,
 }
 
 /*
+ * The window in the dedup_retention row in slot, copied into the caller's
+ * memory context; NULL for forever.
+ */
+static Interval *
+row_window(TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		value = slot_getattr(slot, 2, &isnull);
+
+	if (isnull)
+		return NULL;
+	return DatumGetIntervalP(datumCopy(value, false, sizeof(Interval)));
+}
+
+/*
  * The consumer's window: its dedup_retention row (NULL: forever), else
  * dedup.retention.
  */
@@ -315,13 +326,7 @@ consumer_window(const DedupRelations *rels, text *consumer)
 	scan = dedup_index_beginscan(rel, index, GetActiveSnapshot(), 1);
 	index_rescan(scan, &key, 1, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		bool		isnull;
-		Datum		value = slot_getattr(slot, 2, &isnull);
-
-		window = isnull ? NULL : DatumGetIntervalP(datumCopy(value, false,
-															 sizeof(Interval)));
-	}
+		window = row_window(slot);
 	else
 		window = default_retention();
 	index_endscan(scan);
@@ -331,79 +336,179 @@ consumer_window(const DedupRelations *rels, text *consumer)
 	return window;
 }
 
+/* A consumer, and what the retention rule makes of its window. */
+static DedupConsumer *
+consumer_make(text *name, Interval *window, bool has_rows,
+			  TimestampTz oldest, TimestampTz latest)
+{
+	DedupConsumer *consumer = palloc0(sizeof(DedupConsumer));
+
+	consumer->name = name;
+	consumer->has_rows = has_rows;
+	consumer->oldest = oldest;
+	consumer->latest = latest;
+	consumer->window = window;
+	consumer->window_valid = (window == NULL || window_is_valid(window));
+	consumer->expires = has_rows &&
+		retention_cutoff(latest, window, &consumer->cutoff);
+	return consumer;
+}
+
 /*
- * The consumers of processed_messages that have expired rows, each with its
- * cutoff, allocated in the caller's memory context: all of them, or only
- * only_consumer.  One index probe per consumer to find it, one for its
- * latest claim, one for its window.  Consumers with an invalid window are
- * left out, with a WARNING.
+ * Append to consumers those that have a window of their own but no rows
+ * (rel, index and slot: processed_messages, its (consumer_name,
+ * processed_at) index and a slot of it): all of them, in the order of
+ * dedup_retention's key, or only only_consumer.  One index probe each.
+ */
+static List *
+append_windows_only(const DedupRelations *rels, Relation rel, Relation index,
+					TupleTableSlot *slot, const char *only_consumer,
+					List *consumers)
+{
+	Relation	windows = table_open(rels->retention, AccessShareLock);
+	Relation	windows_key = index_open(rels->retention_key, AccessShareLock);
+	TupleTableSlot *window_slot = table_slot_create(windows, NULL);
+	IndexScanDesc scan;
+	ScanKeyData key;
+	int			nkeys = 0;
+
+	if (only_consumer != NULL)
+	{
+		dedup_scan_key(&key, windows_key, 1, BTEqualStrategyNumber,
+					   PointerGetDatum(cstring_to_text(only_consumer)));
+		nkeys = 1;
+	}
+	scan = dedup_index_beginscan(windows, windows_key, GetActiveSnapshot(),
+								 nkeys);
+	index_rescan(scan, &key, nkeys, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, window_slot))
+	{
+		bool		isnull;
+		text	   *name = DatumGetTextPCopy(slot_getattr(window_slot, 1,
+														  &isnull));
+		ScanKeyData rows_key;
+		TimestampTz oldest;
+
+		CHECK_FOR_INTERRUPTS();
+		dedup_scan_key(&rows_key, index, 1, BTEqualStrategyNumber,
+					   PointerGetDatum(name));
+		if (!first_row(rel, index, &rows_key, 1, ForwardScanDirection, slot,
+					   NULL, &oldest))
+			consumers = lappend(consumers,
+								consumer_make(name, row_window(window_slot),
+											  false, 0, 0));
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(window_slot);
+	index_close(windows_key, AccessShareLock);
+	table_close(windows, AccessShareLock);
+	return consumers;
+}
+
+/*
+ * The consumer walk: the consumers of processed_messages in index order,
+ * each with its oldest and latest claims, its window and its cutoff; with
+ * with_windows, then those that have a window of their own but no rows.
+ * All of them, or only only_consumer.  Allocated in the caller's memory
+ * context.  Index probes only: one per consumer to find it (with its oldest
+ * claim), one for its latest claim, one for its window.
  */
 List *
-dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
+dedup_consumers(const DedupRelations *rels, const char *only_consumer,
+				bool with_windows)
 {
 	Relation	rel = table_open(rels->messages, AccessShareLock);
 	Relation	index = index_open(rels->messages_time, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	List	   *targets = NIL;
-	text	   *consumer = NULL;
+	List	   *consumers = NIL;
+	text	   *name = NULL;
 	ScanKeyData key;
 
 	for (;;)
 	{
+		TimestampTz oldest;
 		TimestampTz latest;
-		TimestampTz cutoff;
-		Interval   *window;
-		bool		invalid;
-		DedupSweepTarget *target;
+		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
 		if (only_consumer != NULL)
 		{
-			if (consumer != NULL)
+			if (name != NULL)
 				break;
-			consumer = cstring_to_text(only_consumer);
+			name = cstring_to_text(only_consumer);
+			dedup_scan_key(&key, index, 1, BTEqualStrategyNumber,
+						   PointerGetDatum(name));
+			found = first_row(rel, index, &key, 1, ForwardScanDirection,
+							  slot, NULL, &oldest);
 		}
 		else
 		{
 			/* the next consumer: the first index entry past the last one */
 			dedup_scan_key(&key, index, 1, BTGreaterStrategyNumber,
-					 PointerGetDatum(consumer));
-			if (!first_row(rel, index, &key, consumer ? 1 : 0,
-						   ForwardScanDirection, slot, &consumer, &latest))
-				break;
+						   PointerGetDatum(name));
+			found = first_row(rel, index, &key, name ? 1 : 0,
+							  ForwardScanDirection, slot, &name, &oldest);
 		}
+		if (!found)
+			break;
 
-		/* its latest claim: the last index entry of the consumer */
+		/* its latest claim: its last index entry (or the one just found) */
+		latest = oldest;
 		dedup_scan_key(&key, index, 1, BTEqualStrategyNumber,
-				 PointerGetDatum(consumer));
-		if (!first_row(rel, index, &key, 1, BackwardScanDirection, slot,
-					   NULL, &latest))
-			continue;
+					   PointerGetDatum(name));
+		(void) first_row(rel, index, &key, 1, BackwardScanDirection, slot,
+						 NULL, &latest);
 
-		window = consumer_window(rels, consumer);
-		if (!retention_cutoff(latest, window, &cutoff, &invalid))
+		consumers = lappend(consumers,
+							consumer_make(name, consumer_window(rels, name),
+										  true, oldest, latest));
+	}
+
+	if (with_windows)
+		consumers = append_windows_only(rels, rel, index, slot, only_consumer,
+										consumers);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return consumers;
+}
+
+/*
+ * The consumers of processed_messages that have expired rows, each with its
+ * cutoff, allocated in the caller's memory context: all of them, or only
+ * only_consumer.  Consumers with an invalid window are left out, with a
+ * WARNING.
+ */
+List *
+dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
+{
+	List	   *targets = NIL;
+	ListCell   *lc;
+
+	foreach(lc, dedup_consumers(rels, only_consumer, false))
+	{
+		DedupConsumer *consumer = lfirst(lc);
+		DedupSweepTarget *target;
+
+		if (!consumer->expires)
 		{
-			if (invalid)
+			if (consumer->window != NULL)
 				ereport(WARNING,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("claims of consumer \"%s\" are kept: its retention window %s is invalid",
-								text_to_cstring(consumer),
+								text_to_cstring(consumer->name),
 								DatumGetCString(DirectFunctionCall1(interval_out,
-																	IntervalPGetDatum(window)))),
+																	IntervalPGetDatum(consumer->window)))),
 						 errhint("Set a window of at most 100 years with dedup_set_retention().")));
 			continue;
 		}
 
 		target = palloc(sizeof(DedupSweepTarget));
-		target->consumer = consumer;
-		target->cutoff = cutoff;
+		target->consumer = consumer->name;
+		target->cutoff = consumer->cutoff;
 		target->resume = DT_NOBEGIN;
 		targets = lappend(targets, target);
 	}
-
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, AccessShareLock);
-	table_close(rel, AccessShareLock);
 	return targets;
 }
 

@@ -5,8 +5,8 @@
 # (read_only_sql_transaction), rather than answer true or false:
 #   - on a hot standby, during recovery;
 #   - on the primary, in a read-only transaction.
-# The claims replicated from the primary are visible on the standby, and a
-# failed claim leaves nothing behind.
+# The claims replicated from the primary are visible on the standby (and in
+# its storage views), and a failed claim leaves nothing behind.
 #
 use strict;
 use warnings;
@@ -67,6 +67,13 @@ is( $standby->safe_psql(
 SELECT (SELECT seen FROM dedup_seen('c', 'after-backup')),
 	   (SELECT seen FROM dedup_seen('c', 'never-claimed'))}),
 	't|f', 'standby: dedup_seen answers from the replicated records');
+# and so do the storage views
+is( $standby->safe_psql(
+		'postgres', q{
+SELECT s.consumers, c.consumer,
+	   c.latest_record_at = (SELECT max(processed_at) FROM processed_messages)
+  FROM dedup_storage s, dedup_stats c}),
+	'1|c|t', 'standby: the storage views answer from the replicated records');
 my ($forget_ret, $forget_out, $forget_err) =
   $standby->psql('postgres', q{SELECT dedup_forget('c', 'after-backup')});
 like($forget_err, qr/cannot execute dedup_forget\(\) during recovery|read-only/,
