@@ -41,7 +41,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "audit.h"
 
 PG_FUNCTION_INFO_V1(dedup_retention_audit);
 

@@ -48,7 +48,13 @@
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 
-#include "dedup.h"
+#include "claim.h"
+#include "claim_stats.h"
+#include "claimants.h"
+#include "compat.h"
+#include "guc.h"
+#include "keys.h"
+#include "relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim);
 PG_FUNCTION_INFO_V1(dedup_claim_many);

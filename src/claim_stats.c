@@ -62,13 +62,17 @@
 #include "port/atomics.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "audit.h"
+#include "claim_stats.h"
+#include "guc.h"
+#include "keys.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim_counters);
 PG_FUNCTION_INFO_V1(dedup_claim_counters_1_1);

@@ -17,7 +17,10 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
-#include "dedup.h"
+#include "claim_stats.h"
+#include "guc.h"
+#include "launcher.h"
+#include "sweeper_state.h"
 
 #if PG_VERSION_NUM >= 180000
 PG_MODULE_MAGIC_EXT(

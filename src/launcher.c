@@ -52,7 +52,11 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
-#include "dedup.h"
+#include "compat.h"
+#include "guc.h"
+#include "launcher.h"
+#include "sweeper.h"
+#include "sweeper_state.h"
 
 /* the longest back-off after failures: the interval times 2^this */
 #define MAX_BACKOFF_SHIFT 6

@@ -51,7 +51,11 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "audit.h"
+#include "compat.h"
+#include "guc.h"
+#include "relations.h"
+#include "sweep.h"
 
 PG_FUNCTION_INFO_V1(dedup_sweep);
 PG_FUNCTION_INFO_V1(dedup_default_retention);
@@ -59,6 +63,14 @@ PG_FUNCTION_INFO_V1(dedup_retention_cutoff);
 PG_FUNCTION_INFO_V1(dedup_retention_is_valid);
 PG_FUNCTION_INFO_V1(dedup_valid_retention);
 PG_FUNCTION_INFO_V1(dedup_valid_consumer);
+
+/*
+ * The sweep lock's tag: an advisory lock on (database, processed_messages,
+ * "dedu", SWEEP_LOCK_TAG).  SQL's advisory lock functions only ever use 1
+ * or 2 in the last field, so no session can take it.
+ */
+#define SWEEP_LOCK_KEY 0x64656475
+#define SWEEP_LOCK_TAG 0x6475
 
 /* the longest window: '100 years', as interval comparison counts it */
 #define MAX_WINDOW_DAYS		(100 * 12 * 30)
@@ -224,7 +236,7 @@ dedup_valid_consumer(PG_FUNCTION_ARGS)
  * It is a lock of the advisory lock method on a tag that no SQL function
  * can build (pg_advisory_lock() and friends use 1 and 2 in the last field),
  * so no role, however it connects, can take it and stop retention; it
- * shows up in pg_locks as an advisory lock with objsubid DEDUP_SWEEP_LOCK_TAG.
+ * shows up in pg_locks as an advisory lock with objsubid SWEEP_LOCK_TAG.
  *
  * Sweeps need not lock the rows they delete: no other sweep deletes at the
  * same time, and claims never lock existing rows.
@@ -234,8 +246,8 @@ dedup_sweep_lock(Oid messages, bool wait)
 {
 	LOCKTAG		tag;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, messages, DEDUP_SWEEP_LOCK_KEY,
-						 DEDUP_SWEEP_LOCK_TAG);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, messages, SWEEP_LOCK_KEY,
+						 SWEEP_LOCK_TAG);
 	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 

@@ -56,7 +56,12 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "compat.h"
+#include "guc.h"
+#include "relations.h"
+#include "sweep.h"
+#include "sweeper.h"
+#include "sweeper_state.h"
 
 /*
  * The sweeper's own settings, over whatever ALTER DATABASE or ALTER ROLE

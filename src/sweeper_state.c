@@ -24,7 +24,8 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "guc.h"
+#include "sweeper_state.h"
 
 #define SWEEPER_STATE_TRANCHE "dedup_sweeper_state"
 
