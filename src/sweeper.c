@@ -95,8 +95,6 @@ static const struct
 	{"lock_timeout", "100ms"},
 };
 
-static DedupDatabaseSlot *my_slot = NULL;
-
 /*
  * The user ID and security context of the session, restored at the end of
  * each sweep transaction, and the name of the role the current one runs as
@@ -105,45 +103,6 @@ static DedupDatabaseSlot *my_slot = NULL;
 static Oid	session_userid;
 static int	session_sec_context;
 static NameData sweep_role_name;
-
-/* before_shmem_exit: however the sweeper ends, its slot says it ended */
-static void
-sweeper_detach(int code, Datum arg)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot->sweeper_pid = 0;
-	my_slot->last_end = GetCurrentTimestamp();
-	LWLockRelease(DedupShared->lock);
-}
-
-/* progress, batch by batch */
-static void
-sweeper_count_rows(uint64 rows)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot->last_rows += rows;
-	my_slot->total_rows += rows;
-	LWLockRelease(DedupShared->lock);
-}
-
-/* the outcome, for the launcher's schedule and the dedup_sweeper view */
-static void
-sweeper_finish(DedupSweepOutcome outcome, const char *error)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot->last_outcome = outcome;
-	/* see sweeper_blocked */
-	if (outcome != DEDUP_SWEEP_BLOCKED)
-		my_slot->blocked_sweeps = 0;
-	else if (my_slot->state == DEDUP_DB_ACTIVE)
-		my_slot->blocked_sweeps++;
-	if (error != NULL)
-	{
-		strlcpy(my_slot->last_error, error, DEDUP_ERROR_LEN);
-		my_slot->last_error_at = GetCurrentTimestamp();
-	}
-	LWLockRelease(DedupShared->lock);
-}
 
 /*
  * Is DROP DATABASE or ALTER DATABASE waiting for this database?  Both take
@@ -199,15 +158,10 @@ static const DedupRelations *
 sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 {
 	int			blocked;
-	bool		probing;
 	const char *what;
 
 	*busy = true;
-	LWLockAcquire(DedupShared->lock, LW_SHARED);
-	blocked = my_slot->blocked_sweeps + 1;
-	probing = (my_slot->state != DEDUP_DB_ACTIVE);
-	LWLockRelease(DedupShared->lock);
-	if (probing || !dedup_log_blocked(blocked))
+	if (!dedup_sweeper_log_blocked(&blocked))
 		return NULL;
 
 	if (OidIsValid(relid))
@@ -384,7 +338,7 @@ sweeper_sweep(TimestampTz start)
 				 (unsigned long long) deleted, text_to_cstring(target->consumer),
 				 GetTopTransactionIdIfAny(), timestamptz_to_str(target->resume));
 			sweeper_end();
-			sweeper_count_rows(deleted);
+			dedup_sweeper_progress(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
 	return DEDUP_SWEEP_DONE;
@@ -410,21 +364,10 @@ dedup_sweeper_main(Datum main_arg)
 		SetConfigOption(sweeper_settings[i].name, sweeper_settings[i].value,
 						PGC_SUSET, PGC_S_OVERRIDE);
 
-	start = GetCurrentTimestamp();
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot = dedup_database_slot(dboid, false);
-	if (my_slot == NULL)
-	{
-		LWLockRelease(DedupShared->lock);
-		proc_exit(0);
-	}
 	/* the launcher no longer watches our lock waits (launcher.c) */
-	my_slot->connected = true;
-	my_slot->sweeper_pid = MyProcPid;
-	my_slot->last_start = start;
-	my_slot->last_rows = 0;
-	LWLockRelease(DedupShared->lock);
-	before_shmem_exit(sweeper_detach, (Datum) 0);
+	start = GetCurrentTimestamp();
+	if (!dedup_sweeper_attach(dboid, start))
+		proc_exit(0);
 
 	sweep_context = AllocSetContextCreate(TopMemoryContext, "dedup sweep",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -432,7 +375,7 @@ dedup_sweeper_main(Datum main_arg)
 
 	PG_TRY();
 	{
-		sweeper_finish(sweeper_sweep(start), NULL);
+		dedup_sweeper_finish(sweeper_sweep(start), NULL);
 	}
 	PG_CATCH();
 	{
@@ -446,7 +389,7 @@ dedup_sweeper_main(Datum main_arg)
 			/* rows locked elsewhere: not a failure, the next sweep retries */
 			FlushErrorState();
 			AbortCurrentTransaction();
-			sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);
+			dedup_sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);
 		}
 		else
 		{
@@ -454,7 +397,7 @@ dedup_sweeper_main(Datum main_arg)
 			EmitErrorReport();
 			FlushErrorState();
 			AbortCurrentTransaction();
-			sweeper_finish(DEDUP_SWEEP_FAILED, edata->message);
+			dedup_sweeper_finish(DEDUP_SWEEP_FAILED, edata->message);
 		}
 		RESUME_INTERRUPTS();
 	}

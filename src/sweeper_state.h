@@ -2,7 +2,9 @@
  *
  * sweeper_state.h
  *	  What the sweeper knows about each database, in shared memory
- *	  (sweeper_state.c).
+ *	  (sweeper_state.c): the events the launcher and the per-database
+ *	  sweeper report to it, and what they ask of it.  Its memory and its
+ *	  lock are its own.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,23 +12,9 @@
 #define DEDUP_SWEEPER_STATE_H
 
 #include "datatype/timestamp.h"
-#include "storage/latch.h"
-#include "storage/lwlock.h"
+#include "nodes/pg_list.h"
 
-/*
- * sweeper_state.c: what the sweeper knows about each database, in shared
- * memory, under its own LWLock (tranche "dedup_sweeper_state").
- *
- * The launcher owns the schedule (next_sweep, failures, state) and marks a
- * sweep running; the per-database sweeper records its progress and outcome.
- * All fields are protected by DedupShared->lock.
- */
-typedef enum DedupDatabaseState
-{
-	DEDUP_DB_UNKNOWN,			/* not probed yet: sweep it to find out */
-	DEDUP_DB_ACTIVE				/* dedup is installed: swept on schedule */
-} DedupDatabaseState;
-
+/* how a database's last sweep went, as the dedup_sweeper view shows it */
 typedef enum DedupSweepOutcome
 {
 	DEDUP_SWEEP_NONE,			/* never swept */
@@ -38,42 +26,33 @@ typedef enum DedupSweepOutcome
 	DEDUP_SWEEP_NO_EXTENSION	/* dedup is not installed there */
 } DedupSweepOutcome;
 
-#define DEDUP_ERROR_LEN 256
-
-typedef struct DedupDatabaseSlot
-{
-	Oid			dboid;			/* InvalidOid: free slot */
-	DedupDatabaseState state;
-	TimestampTz next_sweep;
-	bool		woken;			/* dedup_sweeper_wake() since the sweep began */
-	int			failures;		/* consecutive failed sweeps (back-off) */
-	bool		connected;		/* the sweeper last started has connected */
-	pid_t		sweeper_pid;	/* sweeping now, or 0 */
-	DedupSweepOutcome last_outcome;
-	TimestampTz last_start;
-	TimestampTz last_end;
-	int			blocked_sweeps; /* consecutive sweeps ended 'blocked' */
-	int64		last_rows;
-	int64		total_rows;
-	TimestampTz last_error_at;
-	char		last_error[DEDUP_ERROR_LEN];
-} DedupDatabaseSlot;
-
-typedef struct DedupSharedState
-{
-	LWLock	   *lock;
-	pid_t		launcher_pid;	/* 0 when no launcher runs */
-	Latch	   *launcher_latch;
-	Oid			woken_untracked;	/* dedup_sweeper_wake() found no free slot */
-	int			nslots;
-	DedupDatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
-} DedupSharedState;
-
-extern DedupSharedState *DedupShared;
+/* shared memory: dedup.c's hooks */
 extern void dedup_sweeper_shmem_request(void);
 extern void dedup_sweeper_shmem_startup(void);
-extern DedupDatabaseSlot *dedup_database_slot(Oid dboid, bool create);
-extern void dedup_wake_launcher(void);
-extern bool dedup_log_blocked(int blocked);
+
+/* the launcher: which databases it tracks, and their schedule */
+extern void dedup_launcher_attach(void);
+extern void dedup_untrack_unlisted(List *listed);
+extern Oid	dedup_take_woken_untracked(void);
+extern bool dedup_track_database(Oid dboid, bool take_slot);
+extern bool dedup_sweep_due(Oid dboid);
+extern TimestampTz dedup_next_sweep_due(void);
+extern void dedup_reschedule_sweeps(void);
+
+/* the launcher: one sweep, from launch to the next one's schedule */
+extern void dedup_sweep_launching(Oid dboid);
+extern void dedup_sweep_not_launched(Oid dboid, TimestampTz launched);
+extern bool dedup_sweeper_connected(Oid dboid);
+extern bool dedup_sweep_stopped_connecting(Oid dboid, const char *why,
+										   int *blocked_sweeps);
+extern bool dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
+									  bool stopped_connecting);
+
+/* the sweeper of one database */
+extern bool dedup_sweeper_attach(Oid dboid, TimestampTz start);
+extern void dedup_sweeper_progress(uint64 rows);
+extern bool dedup_sweeper_log_blocked(int *blocked_sweeps);
+extern void dedup_sweeper_finish(DedupSweepOutcome outcome,
+								 const char *error);
 
 #endif							/* DEDUP_SWEEPER_STATE_H */
