@@ -409,12 +409,9 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 
 		CHECK_FOR_INTERRUPTS();
 		if (wait)
-			outcome = ExecCheckIndexConstraints(writer->result_rel, slot, estate,
-												&conflict_tid,
-#if PG_VERSION_NUM >= 180000
-												NULL,
-#endif
-												NIL) ? CLAIM_CLAIMED : CLAIM_DUPLICATE;
+			outcome = dedup_check_index_constraints(writer->result_rel, slot,
+													estate, &conflict_tid) ?
+				CLAIM_CLAIMED : CLAIM_DUPLICATE;
 		else
 			outcome = claim_probe(writer, &conflict_tid);
 		if (outcome == CLAIM_DUPLICATE)
@@ -435,12 +432,8 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 		token = SpeculativeInsertionLockAcquire(xid);
 		table_tuple_insert_speculative(writer->rel, slot, estate->es_output_cid,
 									   0, NULL, token);
-		recheck = ExecInsertIndexTuples(writer->result_rel, slot, estate,
-										false, true, &spec_conflict, NIL
-#if PG_VERSION_NUM >= 160000
-										,false	/* not only summarizing indexes */
-#endif
-			);
+		recheck = dedup_insert_index_tuples(writer->result_rel, slot, estate,
+											&spec_conflict);
 		table_tuple_complete_speculative(writer->rel, slot, token,
 										 !spec_conflict);
 		SpeculativeInsertionLockRelease(xid);

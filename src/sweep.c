@@ -262,11 +262,7 @@ dedup_sweep_check_role(const DedupRelations *rels, Oid role)
 {
 	AclResult	result;
 
-#if PG_VERSION_NUM >= 160000
-	result = object_aclcheck(NamespaceRelationId, rels->schema, role, ACL_USAGE);
-#else
-	result = pg_namespace_aclcheck(rels->schema, role, ACL_USAGE);
-#endif
+	result = dedup_namespace_aclcheck(rels->schema, role, ACL_USAGE);
 	if (result != ACLCHECK_OK)
 		aclcheck_error(result, OBJECT_SCHEMA, get_namespace_name(rels->schema));
 	/* one privilege at a time: a check of several passes if any is held */

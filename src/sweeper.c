@@ -82,9 +82,7 @@ static const struct
 	{"default_transaction_deferrable", "off"},
 	{"statement_timeout", "0"},
 	{"idle_in_transaction_session_timeout", "0"},
-#if PG_VERSION_NUM >= 170000
-	{"transaction_timeout", "0"},
-#endif
+	DEDUP_SWEEPER_VERSION_SETTINGS
 	{"exit_on_error", "off"},
 
 	/*
