@@ -42,15 +42,6 @@ PG_FUNCTION_INFO_V1(dedup_claim);
 PG_FUNCTION_INFO_V1(dedup_claim_many);
 PG_FUNCTION_INFO_V1(dedup_try_claim);
 
-/* for errors: argument argname, or its element number element (from 1) */
-static char *
-key_description(const char *argname, int element)
-{
-	if (element > 0)
-		return psprintf("element %d of argument \"%s\"", element, argname);
-	return psprintf("argument \"%s\"", argname);
-}
-
 /*
  * Raise the error a caller must see, rather than a NULL or a silently
  * truncated key, when a key is unusable: argument argname of function, or
@@ -68,21 +59,30 @@ dedup_check_key(const char *function, const char *argname, int element,
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s of %s must not be null",
-						key_description(argname, element), function),
+				 element > 0 ?
+				 errmsg("element %d of argument \"%s\" of %s must not be null",
+						element, argname, function) :
+				 errmsg("argument \"%s\" of %s must not be null",
+						argname, function),
 				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
 
 	len = toast_raw_datum_size(value) - VARHDRSZ;
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s of %s must not be empty",
-						key_description(argname, element), function)));
+				 element > 0 ?
+				 errmsg("element %d of argument \"%s\" of %s must not be empty",
+						element, argname, function) :
+				 errmsg("argument \"%s\" of %s must not be empty",
+						argname, function)));
 	if (len > max_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("%s of %s is too long",
-						key_description(argname, element), function),
+				 element > 0 ?
+				 errmsg("element %d of argument \"%s\" of %s is too long",
+						element, argname, function) :
+				 errmsg("argument \"%s\" of %s is too long",
+						argname, function),
 				 errdetail("It is %zu bytes; at most %zu bytes are accepted.",
 						   len, max_bytes),
 				 errhint("Claim a digest of long keys, for example encode(sha256(convert_to(key, 'UTF8')), 'hex').")));
@@ -281,7 +281,10 @@ dedup_try_claim(PG_FUNCTION_ARGS)
 							ObjectIdGetDatum(status_type),
 							CStringGetDatum(labels[outcome]));
 	if (!OidIsValid(label))
-		elog(ERROR, "dedup_claim_status has no label \"%s\"", labels[outcome]);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("type dedup_claim_status of extension \"dedup\" has no label \"%s\"",
+						labels[outcome])));
 	PG_RETURN_OID(label);
 }
 

@@ -242,7 +242,8 @@ launcher_track(LauncherDatabase *db)
 /*
  * Is the sweeper pid of database db, not connected yet, stuck waiting for a
  * lock?  It is when it has waited CONNECT_LOCK_WAIT_MS for one: then
- * return who holds what, for the log and last_error, else NULL.
+ * return who holds what, as a clause of its own, for the log and
+ * last_error; else NULL.
  */
 static char *
 launcher_connect_blocked(pid_t pid, LauncherDatabase *db)
@@ -268,22 +269,28 @@ launcher_connect_blocked(pid_t pid, LauncherDatabase *db)
 	{
 		int			holder = dedup_lock_holder(data, &wait->locktag,
 											   wait->waitLockMode, pid);
-		StringInfoData what;
 
-		initStringInfo(&what);
 		if (wait->locktag.locktag_type == LOCKTAG_OBJECT &&
 			wait->locktag.locktag_field2 == DatabaseRelationId &&
 			wait->locktag.locktag_field3 == db->oid)
-			appendStringInfo(&what, "database \"%s\"", db->name);
+			blocked = holder != 0 ?
+				psprintf(_("another session (pid %d) holds a lock on database \"%s\""),
+						 holder, db->name) :
+				psprintf(_("another session holds a lock on database \"%s\""),
+						 db->name);
 		else
-			DescribeLockTag(&what, &wait->locktag);
-		if (holder != 0)
-			blocked = psprintf("another session (pid %d) holds a lock on %s",
-							   holder, what.data);
-		else
-			blocked = psprintf("another session holds a lock on %s",
-							   what.data);
-		pfree(what.data);
+		{
+			/* any other lock, as PostgreSQL describes it */
+			StringInfoData lock;
+
+			initStringInfo(&lock);
+			DescribeLockTag(&lock, &wait->locktag);
+			blocked = holder != 0 ?
+				psprintf(_("another session (pid %d) holds a lock on %s"),
+						 holder, lock.data) :
+				psprintf(_("another session holds a lock on %s"), lock.data);
+			pfree(lock.data);
+		}
 	}
 	pfree(data->locks);
 	pfree(data);
@@ -340,7 +347,8 @@ launcher_blocked(LauncherDatabase *db, const char *blocked)
 
 	if (dedup_sweep_stopped_connecting(db->oid, blocked, &blocked_sweeps))
 		ereport(LOG,
-				(errmsg("dedup sweep of database \"%s\" is blocked: %s",
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("dedup sweep of database \"%s\" is blocked: %s",
 						db->name, blocked),
 				 blocked_sweeps > 1 ?
 				 errdetail("The sweeper could not connect, and was stopped; it tries again after dedup.sweep_interval.  %d consecutive sweeps have been blocked.",
@@ -468,7 +476,9 @@ dedup_launcher_main(Datum main_arg)
 	/* a new launcher probes every database again, right away */
 	dedup_launcher_attach();
 
-	ereport(LOG, (errmsg("dedup sweeper launcher started")));
+	ereport(LOG,
+			(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+			 errmsg("dedup sweeper launcher started")));
 
 	loop_context = AllocSetContextCreate(TopMemoryContext,
 										 "dedup launcher loop",

@@ -156,7 +156,8 @@ static const DedupRelations *
 sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 {
 	int			blocked;
-	const char *what;
+	int			holder = 0;
+	LOCKTAG		tag;
 
 	*busy = true;
 	if (!dedup_sweeper_log_blocked(&blocked))
@@ -164,20 +165,20 @@ sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 
 	if (OidIsValid(relid))
 	{
-		LOCKTAG		tag;
-		int			holder;
-
 		SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
 		holder = dedup_lock_holder(GetLockStatusData(), &tag, mode, MyProcPid);
-		what = holder != 0 ?
-			psprintf("a lock on table \"%s\" (pid %d)", get_rel_name(relid), holder) :
-			psprintf("a lock on table \"%s\"", get_rel_name(relid));
 	}
-	else
-		what = "the sweep lock";
 	ereport(LOG,
-			(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s",
-					get_database_name(MyDatabaseId), what),
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 !OidIsValid(relid) ?
+			 errmsg("dedup sweep of database \"%s\" is blocked: another session holds the sweep lock",
+					get_database_name(MyDatabaseId)) :
+			 holder != 0 ?
+			 errmsg("dedup sweep of database \"%s\" is blocked: another session holds a lock on table \"%s\" (pid %d)",
+					get_database_name(MyDatabaseId), get_rel_name(relid),
+					holder) :
+			 errmsg("dedup sweep of database \"%s\" is blocked: another session holds a lock on table \"%s\"",
+					get_database_name(MyDatabaseId), get_rel_name(relid)),
 			 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
 	return NULL;
 }
