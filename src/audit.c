@@ -170,8 +170,7 @@ dedup_audit_forget_since(text *consumer, TimestampTz since, uint64 deleted)
 	if (deleted > 0)
 		audit_log_plural("dedup audit: role %s (session user %s) deleted %llu record of consumer %s claimed since %s in transaction %u",
 						 "dedup audit: role %s (session user %s) deleted %llu records of consumer %s claimed since %s in transaction %u",
-						 deleted,
-						 AUDIT_WHO, (unsigned long long) deleted,
+						 deleted, AUDIT_WHO, (unsigned long long) deleted,
 						 text_literal(consumer), timestamptz_to_str(since),
 						 GetTopTransactionId());
 	else
@@ -190,8 +189,7 @@ dedup_audit_sweep(text *consumer, TimestampTz cutoff, uint64 deleted)
 {
 	audit_log_plural("dedup audit: role %s (session user %s) swept %llu expired record of consumer %s claimed before %s in transaction %u",
 					 "dedup audit: role %s (session user %s) swept %llu expired records of consumer %s claimed before %s in transaction %u",
-					 deleted,
-					 AUDIT_WHO, (unsigned long long) deleted,
+					 deleted, AUDIT_WHO, (unsigned long long) deleted,
 					 text_literal(consumer), timestamptz_to_str(cutoff),
 					 GetTopTransactionId());
 }

@@ -205,9 +205,10 @@ launcher_sync_slots(List *databases)
 }
 
 /*
- * The slot of a listed database, taken now if it has none and is to be
- * probed; false when it is left alone (absent) or no slot is free.  Slot
- * exhaustion is logged once, until every database is tracked again.
+ * Whether a listed database is tracked: it has a slot, or takes one now if
+ * it is to be probed; false when it is left alone (absent) or no slot is
+ * free.  Slot exhaustion is logged once, until every database is tracked
+ * again.
  */
 static bool
 launcher_track(LauncherDatabase *db)

@@ -363,7 +363,7 @@ dedup_sweeper_main(Datum main_arg)
 		SetConfigOption(sweeper_settings[i].name, sweeper_settings[i].value,
 						PGC_SUSET, PGC_S_OVERRIDE);
 
-	/* the launcher no longer watches our lock waits (launcher.c) */
+	/* recorded as begun: the launcher no longer watches our lock waits */
 	start = GetCurrentTimestamp();
 	if (!dedup_sweeper_attach(dboid, start))
 		proc_exit(0);

@@ -157,6 +157,23 @@ database_slot(Oid dboid, bool create)
 	return free_slot;
 }
 
+/*
+ * A copy of the slot of database dboid, read under the lock, in *copy;
+ * false if the database has none.
+ */
+static bool
+slot_copy(Oid dboid, DatabaseSlot *copy)
+{
+	DatabaseSlot *slot;
+
+	LWLockAcquire(sweeper_state->lock, LW_SHARED);
+	slot = database_slot(dboid, false);
+	if (slot != NULL)
+		*copy = *slot;
+	LWLockRelease(sweeper_state->lock);
+	return slot != NULL;
+}
+
 /* dedup.sweep_interval after from, shifted left for a back-off */
 static TimestampTz
 interval_after(TimestampTz from, int shift)
@@ -264,14 +281,9 @@ dedup_track_database(Oid dboid, bool take_slot)
 bool
 dedup_sweep_due(Oid dboid)
 {
-	DatabaseSlot *slot;
-	bool		due;
+	DatabaseSlot slot;
 
-	LWLockAcquire(sweeper_state->lock, LW_SHARED);
-	slot = database_slot(dboid, false);
-	due = (slot != NULL && slot->next_sweep <= GetCurrentTimestamp());
-	LWLockRelease(sweeper_state->lock);
-	return due;
+	return slot_copy(dboid, &slot) && slot.next_sweep <= GetCurrentTimestamp();
 }
 
 /*
@@ -313,14 +325,9 @@ dedup_sweep_not_launched(Oid dboid, TimestampTz launched)
 bool
 dedup_sweeper_connected(Oid dboid)
 {
-	DatabaseSlot *slot;
-	bool		connected;
+	DatabaseSlot slot;
 
-	LWLockAcquire(sweeper_state->lock, LW_SHARED);
-	slot = database_slot(dboid, false);
-	connected = (slot != NULL && slot->connected);
-	LWLockRelease(sweeper_state->lock);
-	return connected;
+	return slot_copy(dboid, &slot) && slot.connected;
 }
 
 /*
