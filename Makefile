@@ -14,6 +14,8 @@ OBJS = \
 	src/guc.o \
 	src/relations.o \
 	src/claim.o \
+	src/claim_writer.o \
+	src/claimants.o \
 	src/records.o \
 	src/audit.o \
 	src/sweep.o \

@@ -41,7 +41,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "audit.h"
 
 PG_FUNCTION_INFO_V1(dedup_retention_audit);
 
@@ -120,18 +120,29 @@ role_literal(Oid role)
 }
 
 /*
- * Write one audit line: who, then what (fmt and its arguments).  Who is the
- * role outside any SECURITY DEFINER function (the current_user its caller
- * sees) and the session user.  The line stands alone: without the STATEMENT
- * that log_min_error_statement would add to every LOG message, which holds
- * the caller's query text as it was sent, line breaks included.
+ * Write one audit line: its message, a whole sentence that begins with who
+ * ("dedup audit: role %s (session user %s)", AUDIT_WHO its first two
+ * arguments), and its arguments; audit_log_plural with a singular and a
+ * plural form, chosen by n.  Who is the role outside any SECURITY DEFINER
+ * function (the current_user its caller sees) and the session user.  The
+ * line stands alone: without the STATEMENT that log_min_error_statement
+ * would add to every LOG message, which holds the caller's query text as it
+ * was sent, line breaks included.
  */
-#define audit_log(fmt, ...) \
+#define audit_log(...) \
 	ereport(LOG, \
-			(errhidestmt(true), \
-			 errmsg("dedup audit: role %s (session user %s) " fmt, \
-					role_literal(GetOuterUserId()), \
-					role_literal(GetSessionUserId()), __VA_ARGS__)))
+			(errcode(ERRCODE_SUCCESSFUL_COMPLETION), \
+			 errhidestmt(true), \
+			 errmsg(__VA_ARGS__)))
+
+#define audit_log_plural(singular, plural, n, ...) \
+	ereport(LOG, \
+			(errcode(ERRCODE_SUCCESSFUL_COMPLETION), \
+			 errhidestmt(true), \
+			 errmsg_plural(singular, plural, n, __VA_ARGS__)))
+
+#define AUDIT_WHO \
+	role_literal(GetOuterUserId()), role_literal(GetSessionUserId())
 
 /*
  * dedup_forget of consumer's record of message_id: deleted it (found), or
@@ -141,12 +152,12 @@ void
 dedup_audit_forget(text *consumer, text *message_id, bool found)
 {
 	if (found)
-		audit_log("deleted the record of message id %s of consumer %s in transaction %u",
-				  text_literal(message_id), text_literal(consumer),
+		audit_log("dedup audit: role %s (session user %s) deleted the record of message id %s of consumer %s in transaction %u",
+				  AUDIT_WHO, text_literal(message_id), text_literal(consumer),
 				  GetTopTransactionId());
 	else
-		audit_log("found no record of message id %s of consumer %s to forget",
-				  text_literal(message_id), text_literal(consumer));
+		audit_log("dedup audit: role %s (session user %s) found no record of message id %s of consumer %s to forget",
+				  AUDIT_WHO, text_literal(message_id), text_literal(consumer));
 }
 
 /*
@@ -157,12 +168,15 @@ void
 dedup_audit_forget_since(text *consumer, TimestampTz since, uint64 deleted)
 {
 	if (deleted > 0)
-		audit_log("deleted %llu records of consumer %s claimed since %s in transaction %u",
-				  (unsigned long long) deleted, text_literal(consumer),
-				  timestamptz_to_str(since), GetTopTransactionId());
+		audit_log_plural("dedup audit: role %s (session user %s) deleted %llu record of consumer %s claimed since %s in transaction %u",
+						 "dedup audit: role %s (session user %s) deleted %llu records of consumer %s claimed since %s in transaction %u",
+						 deleted, AUDIT_WHO, (unsigned long long) deleted,
+						 text_literal(consumer), timestamptz_to_str(since),
+						 GetTopTransactionId());
 	else
-		audit_log("found no records of consumer %s claimed since %s to forget",
-				  text_literal(consumer), timestamptz_to_str(since));
+		audit_log("dedup audit: role %s (session user %s) found no records of consumer %s claimed since %s to forget",
+				  AUDIT_WHO, text_literal(consumer),
+				  timestamptz_to_str(since));
 }
 
 /*
@@ -173,9 +187,11 @@ dedup_audit_forget_since(text *consumer, TimestampTz since, uint64 deleted)
 void
 dedup_audit_sweep(text *consumer, TimestampTz cutoff, uint64 deleted)
 {
-	audit_log("swept %llu expired records of consumer %s claimed before %s in transaction %u",
-			  (unsigned long long) deleted, text_literal(consumer),
-			  timestamptz_to_str(cutoff), GetTopTransactionId());
+	audit_log_plural("dedup audit: role %s (session user %s) swept %llu expired record of consumer %s claimed before %s in transaction %u",
+					 "dedup audit: role %s (session user %s) swept %llu expired records of consumer %s claimed before %s in transaction %u",
+					 deleted, AUDIT_WHO, (unsigned long long) deleted,
+					 text_literal(consumer), timestamptz_to_str(cutoff),
+					 GetTopTransactionId());
 }
 
 /* a window as a line shows it: "forever" (NULL) or an interval literal */
@@ -193,9 +209,9 @@ window_text(Datum window, bool isnull)
 static void
 audit_window(Datum consumer, const char *old_window, const char *new_window)
 {
-	audit_log("changed the retention window of consumer %s from %s to %s in transaction %u",
-			  text_literal(DatumGetTextPP(consumer)), old_window, new_window,
-			  GetTopTransactionId());
+	audit_log("dedup audit: role %s (session user %s) changed the retention window of consumer %s from %s to %s in transaction %u",
+			  AUDIT_WHO, text_literal(DatumGetTextPP(consumer)), old_window,
+			  new_window, GetTopTransactionId());
 }
 
 /*

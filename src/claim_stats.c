@@ -62,13 +62,17 @@
 #include "port/atomics.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "audit.h"
+#include "claim_stats.h"
+#include "guc.h"
+#include "keys.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim_counters);
 PG_FUNCTION_INFO_V1(dedup_claim_counters_1_1);
@@ -298,7 +302,8 @@ stats_load(void)
 	if (!stats_shut_down_cleanly())
 	{
 		ereport(LOG,
-				(errmsg("dedup claim counters start from zero after crash recovery")));
+				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+				 errmsg("dedup claim counters start from zero after crash recovery")));
 		goto out;
 	}
 	if (fread(header, sizeof(header), 1, file) != 1)
@@ -307,7 +312,8 @@ stats_load(void)
 		(header[1] != STATS_FILE_VERSION && header[1] != STATS_FILE_VERSION_3))
 	{
 		ereport(LOG,
-				(errmsg("dedup claim counters start from zero: file \"%s\" is in another format",
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("dedup claim counters start from zero: file \"%s\" is in another format",
 						STATS_FILE),
 				 header[0] == STATS_FILE_MAGIC ?
 				 errdetail("Its format version is %u; this version of dedup reads versions %u and %u.",
@@ -347,8 +353,11 @@ stats_load(void)
 	}
 	if (restored < count)
 		ereport(LOG,
-				(errmsg("dedup: the counters of %lld consumers were not restored",
-						(long long) (count - restored)),
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg_plural("dedup: the counters of %lld consumer were not restored",
+							   "dedup: the counters of %lld consumers were not restored",
+							   count - restored,
+							   (long long) (count - restored)),
 				 errdetail("dedup.max_consumers is %d.", dedup_max_consumers)));
 	goto out;
 

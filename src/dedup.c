@@ -17,16 +17,13 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
-#include "dedup.h"
+#include "claim_stats.h"
+#include "compat.h"
+#include "guc.h"
+#include "launcher.h"
+#include "sweeper_state.h"
 
-#if PG_VERSION_NUM >= 180000
-PG_MODULE_MAGIC_EXT(
-					.name = "dedup",
-					.version = "1.2"
-);
-#else
-PG_MODULE_MAGIC;
-#endif
+DEDUP_MODULE_MAGIC("dedup", "1.2");
 
 void		_PG_init(void);
 

@@ -19,7 +19,7 @@
 #include "utils/guc.h"
 #include "utils/varlena.h"
 
-#include "dedup.h"
+#include "guc.h"
 
 bool		dedup_sweep_enabled = true;
 int			dedup_retention = 7 * 24 * 60 * 60;

@@ -10,13 +10,12 @@
  * It runs on primaries only (it starts when recovery finishes, so a promoted
  * standby starts sweeping), and not at all in binary-upgrade mode.
  *
- * Each database's schedule lives in its shared-memory slot
- * (sweeper_state.c).  A database is probed once; where dedup is not
- * installed its slot is given back, so that dedup.max_databases counts
- * databases with dedup only, and it is left alone until CREATE EXTENSION
- * wakes the launcher (dedup_sweeper_wake), or the launcher restarts.  A
- * failed sweep is retried with exponential back-off, so a persistent error
- * is logged ever more rarely, never in a flood.
+ Each database's schedule, and its back-off after failures, is kept by
+ * sweeper_state.c, which the launcher tells what happened.  A database is
+ * probed once; where dedup is not installed its slot is given back, so that
+ * dedup.max_databases counts databases with dedup only, and it is left
+ * alone until CREATE EXTENSION wakes the launcher (dedup_sweeper_wake), or
+ * the launcher restarts.
  *
  * No database can hold up the others.  Once connected, a sweeper waits for
  * no lock for long (sweeper.c); before, it may wait on its database's lock
@@ -52,10 +51,11 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
-#include "dedup.h"
-
-/* the longest back-off after failures: the interval times 2^this */
-#define MAX_BACKOFF_SHIFT 6
+#include "compat.h"
+#include "guc.h"
+#include "launcher.h"
+#include "sweeper.h"
+#include "sweeper_state.h"
 
 /* how often the launcher looks at the sweeper it waits for, in ms */
 #define SWEEPER_POLL_MS 1000
@@ -92,15 +92,6 @@ static bool warned_no_database_slot = false;
 /* the launcher's waits between passes and for a sweeper (dedup_wait_event) */
 static uint32 launcher_wait_event = 0;
 static uint32 sweeper_wait_event = 0;
-
-static void
-launcher_detach(int code, Datum arg)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	DedupShared->launcher_pid = 0;
-	DedupShared->launcher_latch = NULL;
-	LWLockRelease(DedupShared->lock);
-}
 
 void
 dedup_register_launcher(void)
@@ -187,35 +178,26 @@ static void
 launcher_sync_slots(List *databases)
 {
 	ListCell   *lc;
+	List	   *listed = NIL;
 	List	   *still_absent = NIL;
 	MemoryContext oldcontext;
+	Oid			woken;
 
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < DedupShared->nslots; i++)
-	{
-		DedupDatabaseSlot *slot = &DedupShared->slots[i];
-		bool		listed = false;
-
-		foreach(lc, databases)
-			listed |= (((LauncherDatabase *) lfirst(lc))->oid == slot->dboid);
-		if (!listed && slot->sweeper_pid == 0)
-			slot->dboid = InvalidOid;
-	}
-	if (OidIsValid(DedupShared->woken_untracked))
+	foreach(lc, databases)
+		listed = lappend_oid(listed, ((LauncherDatabase *) lfirst(lc))->oid);
+	dedup_untrack_unlisted(listed);
+	woken = dedup_take_woken_untracked();
+	if (OidIsValid(woken))
 	{
 		recheck_absent = true;
-		woken_untracked = DedupShared->woken_untracked;
-		DedupShared->woken_untracked = InvalidOid;
+		woken_untracked = woken;
 	}
-	LWLockRelease(DedupShared->lock);
 
 	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
-	foreach(lc, databases)
+	foreach(lc, listed)
 	{
-		Oid			oid = ((LauncherDatabase *) lfirst(lc))->oid;
-
-		if (list_member_oid(absent_databases, oid))
-			still_absent = lappend_oid(still_absent, oid);
+		if (list_member_oid(absent_databases, lfirst_oid(lc)))
+			still_absent = lappend_oid(still_absent, lfirst_oid(lc));
 	}
 	list_free(absent_databases);
 	absent_databases = still_absent;
@@ -223,23 +205,19 @@ launcher_sync_slots(List *databases)
 }
 
 /*
- * The slot of a listed database, taken now if it has none and is to be
- * probed; false when it is left alone (absent) or no slot is free.  Slot
- * exhaustion is logged once, until every database is tracked again.
+ * Whether a listed database is tracked: it has a slot, or takes one now if
+ * it is to be probed; false when it is left alone (absent) or no slot is
+ * free.  Slot exhaustion is logged once, until every database is tracked
+ * again.
  */
 static bool
 launcher_track(LauncherDatabase *db)
 {
 	bool		absent = list_member_oid(absent_databases, db->oid);
-	DedupDatabaseSlot *slot;
+	bool		probe = (!absent || recheck_absent);
+	bool		tracked = dedup_track_database(db->oid, probe);
 
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	slot = dedup_database_slot(db->oid, false);
-	if (slot == NULL && (!absent || recheck_absent))
-		slot = dedup_database_slot(db->oid, true);
-	LWLockRelease(DedupShared->lock);
-
-	if (slot == NULL && (!absent || recheck_absent))
+	if (!tracked && probe)
 	{
 		/* name a database that may have dedup, not any absent one */
 		if ((!absent || db->oid == woken_untracked) && !warned_no_database_slot)
@@ -247,7 +225,7 @@ launcher_track(LauncherDatabase *db)
 			ereport(LOG,
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 					 errmsg("dedup sweeper cannot track database \"%s\": all %d slots are in use",
-							db->name, DedupShared->nslots),
+							db->name, dedup_max_databases),
 					 errhint("Raise dedup.max_databases, or list the databases to sweep in dedup.databases.")));
 			warned_no_database_slot = true;
 		}
@@ -255,21 +233,21 @@ launcher_track(LauncherDatabase *db)
 		return false;
 	}
 	/* woken by CREATE EXTENSION, or probed again */
-	if (slot != NULL && absent)
+	if (tracked && absent)
 		absent_databases = list_delete_oid(absent_databases, db->oid);
-	if (slot != NULL && db->oid == woken_untracked)
+	if (tracked && db->oid == woken_untracked)
 		woken_untracked = InvalidOid;
-	return slot != NULL;
+	return tracked;
 }
 
 /*
- * Is the sweeper pid of database db (slot), not connected yet, stuck waiting
- * for a lock?  It is when it has waited CONNECT_LOCK_WAIT_MS for one: then
- * return who holds what, for the log and last_error, else NULL.
+ * Is the sweeper pid of database db, not connected yet, stuck waiting for a
+ * lock?  It is when it has waited CONNECT_LOCK_WAIT_MS for one: then
+ * return who holds what, as a clause of its own, for the log and
+ * last_error; else NULL.
  */
 static char *
-launcher_connect_blocked(pid_t pid, DedupDatabaseSlot *slot,
-						 LauncherDatabase *db)
+launcher_connect_blocked(pid_t pid, LauncherDatabase *db)
 {
 	LockData   *data = GetLockStatusData();
 	TimestampTz now = GetCurrentTimestamp();
@@ -284,9 +262,7 @@ launcher_connect_blocked(pid_t pid, DedupDatabaseSlot *slot,
 	}
 
 	/* read after the lock table: a lock wait seen was one of connecting */
-	LWLockAcquire(DedupShared->lock, LW_SHARED);
-	connected = slot->connected;
-	LWLockRelease(DedupShared->lock);
+	connected = dedup_sweeper_connected(db->oid);
 
 	/* waitStart is set a moment after the wait begins */
 	if (!connected && wait != NULL && wait->waitStart != 0 &&
@@ -294,22 +270,28 @@ launcher_connect_blocked(pid_t pid, DedupDatabaseSlot *slot,
 	{
 		int			holder = dedup_lock_holder(data, &wait->locktag,
 											   wait->waitLockMode, pid);
-		StringInfoData what;
 
-		initStringInfo(&what);
 		if (wait->locktag.locktag_type == LOCKTAG_OBJECT &&
 			wait->locktag.locktag_field2 == DatabaseRelationId &&
 			wait->locktag.locktag_field3 == db->oid)
-			appendStringInfo(&what, "database \"%s\"", db->name);
+			blocked = holder != 0 ?
+				psprintf(_("another session (pid %d) holds a lock on database \"%s\""),
+						 holder, db->name) :
+				psprintf(_("another session holds a lock on database \"%s\""),
+						 db->name);
 		else
-			DescribeLockTag(&what, &wait->locktag);
-		if (holder != 0)
-			blocked = psprintf("another session (pid %d) holds a lock on %s",
-							   holder, what.data);
-		else
-			blocked = psprintf("another session holds a lock on %s",
-							   what.data);
-		pfree(what.data);
+		{
+			/* any other lock, as PostgreSQL describes it */
+			StringInfoData lock;
+
+			initStringInfo(&lock);
+			DescribeLockTag(&lock, &wait->locktag);
+			blocked = holder != 0 ?
+				psprintf(_("another session (pid %d) holds a lock on %s"),
+						 holder, lock.data) :
+				psprintf(_("another session holds a lock on %s"), lock.data);
+			pfree(lock.data);
+		}
 	}
 	pfree(data->locks);
 	pfree(data);
@@ -317,7 +299,7 @@ launcher_connect_blocked(pid_t pid, DedupDatabaseSlot *slot,
 }
 
 /*
- * Wait for the sweeper of database db (slot) to exit, looking at it every
+ * Wait for the sweeper of database db to exit, looking at it every
  * SWEEPER_POLL_MS, and sooner when the postmaster says that it started or
  * stopped (we are its bgw_notify_pid).  A sweeper stuck connecting is
  * stopped: return why, else NULL.
@@ -325,8 +307,7 @@ launcher_connect_blocked(pid_t pid, DedupDatabaseSlot *slot,
  * This consumes latch wake-ups meant for the main loop: see there.
  */
 static char *
-launcher_wait_sweeper(BackgroundWorkerHandle *handle, DedupDatabaseSlot *slot,
-					  LauncherDatabase *db)
+launcher_wait_sweeper(BackgroundWorkerHandle *handle, LauncherDatabase *db)
 {
 	char	   *blocked = NULL;
 
@@ -341,7 +322,7 @@ launcher_wait_sweeper(BackgroundWorkerHandle *handle, DedupDatabaseSlot *slot,
 			proc_exit(1);
 		if (status == BGWH_STARTED && blocked == NULL)
 		{
-			blocked = launcher_connect_blocked(pid, slot, db);
+			blocked = launcher_connect_blocked(pid, db);
 			if (blocked != NULL)
 				TerminateBackgroundWorker(handle);
 		}
@@ -361,22 +342,14 @@ launcher_wait_sweeper(BackgroundWorkerHandle *handle, DedupDatabaseSlot *slot,
  * blocked sweep and then after 10, 100, 1000... consecutive ones.
  */
 static void
-launcher_blocked(DedupDatabaseSlot *slot, LauncherDatabase *db,
-				 const char *blocked)
+launcher_blocked(LauncherDatabase *db, const char *blocked)
 {
 	int			blocked_sweeps;
 
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	slot->last_outcome = DEDUP_SWEEP_BLOCKED;
-	blocked_sweeps = ++slot->blocked_sweeps;
-	snprintf(slot->last_error, DEDUP_ERROR_LEN, "could not connect: %s",
-			 blocked);
-	slot->last_error_at = GetCurrentTimestamp();
-	LWLockRelease(DedupShared->lock);
-
-	if (dedup_log_blocked(blocked_sweeps))
+	if (dedup_sweep_stopped_connecting(db->oid, blocked, &blocked_sweeps))
 		ereport(LOG,
-				(errmsg("dedup sweep of database \"%s\" is blocked: %s",
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("dedup sweep of database \"%s\" is blocked: %s",
 						db->name, blocked),
 				 blocked_sweeps > 1 ?
 				 errdetail("The sweeper could not connect, and was stopped; it tries again after dedup.sweep_interval.  %d consecutive sweeps have been blocked.",
@@ -385,21 +358,19 @@ launcher_blocked(DedupDatabaseSlot *slot, LauncherDatabase *db,
 }
 
 /*
- * Start a sweeper for one database and wait for it to finish, then schedule
- * the database's next sweep from the outcome the sweeper left in its slot.
+ * Start a sweeper for one database and wait for it to finish; then the
+ * database's next sweep is scheduled from the outcome the sweeper recorded
+ * (sweeper_state.c).  A database found without dedup is left alone from
+ * then on (absent_databases).
  */
 static void
 launcher_sweep_database(LauncherDatabase *db)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
-	DedupDatabaseSlot *slot;
-	DedupSweepOutcome previous_outcome;
 	TimestampTz launched = GetCurrentTimestamp();
-	TimestampTz now;
 	char	   *blocked;
-	int			shift;
-	bool		absent = false;
+	MemoryContext oldcontext;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
@@ -414,15 +385,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
 	worker.bgw_notify_pid = MyProcPid;
 
-	/* before the sweeper can possibly start, let alone report */
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	slot = dedup_database_slot(db->oid, false);
-	previous_outcome = slot->last_outcome;
-	slot->last_outcome = DEDUP_SWEEP_RUNNING;	/* until the sweeper says */
-	slot->woken = false;
-	slot->connected = false;
-	LWLockRelease(DedupShared->lock);
-
+	dedup_sweep_launching(db->oid);
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
 		if (!warned_no_worker_slot)
@@ -431,88 +394,29 @@ launcher_sweep_database(LauncherDatabase *db)
 					 errmsg("dedup sweeper could not start: no free background worker slot"),
 					 errhint("Raise max_worker_processes; sweeps resume when a slot is free.")));
 		warned_no_worker_slot = true;
-		LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-		slot->last_outcome = previous_outcome;
-		slot->next_sweep = TimestampTzPlusMilliseconds(launched,
-													   dedup_sweep_interval * 1000L);
-		LWLockRelease(DedupShared->lock);
+		dedup_sweep_not_launched(db->oid, launched);
 		return;
 	}
 	warned_no_worker_slot = false;
 
 	SetCurrentStatementStartTimestamp();
 	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
-	blocked = launcher_wait_sweeper(handle, slot, db);
+	blocked = launcher_wait_sweeper(handle, db);
 	pfree(handle);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (blocked != NULL)
-		launcher_blocked(slot, db, blocked);
+		launcher_blocked(db, blocked);
 
-	now = GetCurrentTimestamp();
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	/* a sweeper that died without a word still leaves a trace */
-	if (slot->last_outcome == DEDUP_SWEEP_RUNNING)
-	{
-		slot->last_outcome = DEDUP_SWEEP_FAILED;
-		strlcpy(slot->last_error, "sweeper exited before finishing",
-				DEDUP_ERROR_LEN);
-		slot->last_error_at = now;
-	}
-	switch (slot->last_outcome)
-	{
-		case DEDUP_SWEEP_NO_EXTENSION:
-			/* CREATE EXTENSION committed after the sweeper looked */
-			if (slot->woken)
-			{
-				slot->state = DEDUP_DB_UNKNOWN;
-				slot->next_sweep = 0;
-				break;
-			}
-			if (dedup_databases[0] != '\0')
-				ereport(WARNING,
-						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						 errmsg("database \"%s\" is listed in dedup.databases, but extension \"dedup\" is not installed there",
-								db->name)));
-			slot->dboid = InvalidOid;
-			absent = true;
-			break;
-		case DEDUP_SWEEP_DONE:
-		case DEDUP_SWEEP_PARTIAL:
-		case DEDUP_SWEEP_BLOCKED:
-			slot->failures = 0;
-			if (blocked == NULL)
-			{
-				slot->state = DEDUP_DB_ACTIVE;
-				slot->next_sweep = TimestampTzPlusMilliseconds(launched,
-															   dedup_sweep_interval * 1000L);
-				break;
-			}
-
-			/*
-			 * Stopped while connecting: not known to have dedup yet, and
-			 * retried an interval after it was stopped, not back to back.
-			 */
-			slot->next_sweep = TimestampTzPlusMilliseconds(now,
-														   dedup_sweep_interval * 1000L);
-			break;
-		case DEDUP_SWEEP_NONE:
-		case DEDUP_SWEEP_RUNNING:
-		case DEDUP_SWEEP_FAILED:
-			shift = Min(slot->failures, MAX_BACKOFF_SHIFT);
-			slot->failures++;
-			slot->next_sweep = TimestampTzPlusMilliseconds(now,
-														   (dedup_sweep_interval * 1000L) << shift);
-			break;
-	}
-	LWLockRelease(DedupShared->lock);
-
-	if (absent)
-	{
-		MemoryContext oldcontext = MemoryContextSwitchTo(TopMemoryContext);
-
-		absent_databases = lappend_oid(absent_databases, db->oid);
-		MemoryContextSwitchTo(oldcontext);
-	}
+	if (!dedup_sweep_schedule_next(db->oid, launched, blocked != NULL))
+		return;
+	if (dedup_databases[0] != '\0')
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("database \"%s\" is listed in dedup.databases, but extension \"dedup\" is not installed there",
+						db->name)));
+	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+	absent_databases = lappend_oid(absent_databases, db->oid);
+	MemoryContextSwitchTo(oldcontext);
 }
 
 /* Sweep every listed database that is due, one after the other. */
@@ -527,18 +431,9 @@ launcher_sweep_due_databases(void)
 	foreach(lc, databases)
 	{
 		LauncherDatabase *db = lfirst(lc);
-		DedupDatabaseSlot *slot;
-		bool		due;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!launcher_track(db))
-			continue;
-		LWLockAcquire(DedupShared->lock, LW_SHARED);
-		slot = dedup_database_slot(db->oid, false);
-		due = (slot != NULL && slot->next_sweep <= GetCurrentTimestamp());
-		LWLockRelease(DedupShared->lock);
-
-		if (due)
+		if (launcher_track(db) && dedup_sweep_due(db->oid))
 			launcher_sweep_database(db);
 	}
 	/* every absent database has been probed again, or is waiting for a slot */
@@ -557,45 +452,14 @@ launcher_sweep_due_databases(void)
 static TimestampTz
 launcher_next_wakeup(void)
 {
-	TimestampTz next_wakeup = DT_NOEND;
+	TimestampTz next_wakeup = dedup_next_sweep_due();
 
 	/* a slot may have been freed since the database was turned away */
 	if (untracked_database)
-		next_wakeup = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												  dedup_sweep_interval * 1000L);
-	LWLockAcquire(DedupShared->lock, LW_SHARED);
-	for (int i = 0; i < DedupShared->nslots; i++)
-	{
-		DedupDatabaseSlot *slot = &DedupShared->slots[i];
-
-		if (slot->dboid != InvalidOid)
-			next_wakeup = Min(next_wakeup, slot->next_sweep);
-	}
-	LWLockRelease(DedupShared->lock);
+		next_wakeup = Min(next_wakeup,
+						  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													  dedup_sweep_interval * 1000L));
 	return next_wakeup;
-}
-
-/*
- * After a reload: a shorter dedup.sweep_interval applies to sweeps already
- * scheduled, and a failing database is retried without back-off (the
- * reload may be its fix).
- */
-static void
-launcher_reschedule(void)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < DedupShared->nslots; i++)
-	{
-		DedupDatabaseSlot *slot = &DedupShared->slots[i];
-
-		if (slot->dboid == InvalidOid)
-			continue;
-		slot->failures = 0;
-		slot->next_sweep = Min(slot->next_sweep,
-							   TimestampTzPlusMilliseconds(slot->last_start,
-														   dedup_sweep_interval * 1000L));
-	}
-	LWLockRelease(DedupShared->lock);
 }
 
 void
@@ -611,18 +475,11 @@ dedup_launcher_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	/* a new launcher probes every database again, right away */
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	DedupShared->launcher_pid = MyProcPid;
-	DedupShared->launcher_latch = MyLatch;
-	for (int i = 0; i < DedupShared->nslots; i++)
-	{
-		DedupShared->slots[i].state = DEDUP_DB_UNKNOWN;
-		DedupShared->slots[i].next_sweep = 0;
-	}
-	LWLockRelease(DedupShared->lock);
-	before_shmem_exit(launcher_detach, (Datum) 0);
+	dedup_launcher_attach();
 
-	ereport(LOG, (errmsg("dedup sweeper launcher started")));
+	ereport(LOG,
+			(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+			 errmsg("dedup sweeper launcher started")));
 
 	loop_context = AllocSetContextCreate(TopMemoryContext,
 										 "dedup launcher loop",
@@ -638,7 +495,7 @@ dedup_launcher_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			launcher_reschedule();
+			dedup_reschedule_sweeps();
 		}
 
 		if (dedup_sweep_enabled)

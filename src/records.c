@@ -34,7 +34,13 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "audit.h"
+#include "claim.h"
+#include "claimants.h"
+#include "compat.h"
+#include "keys.h"
+#include "relations.h"
+#include "sweep.h"
 
 PG_FUNCTION_INFO_V1(dedup_seen);
 PG_FUNCTION_INFO_V1(dedup_forget);

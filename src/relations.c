@@ -51,7 +51,7 @@
 #include "utils/reltrigger.h"
 #include "utils/syscache.h"
 
-#include "dedup.h"
+#include "relations.h"
 
 static DedupRelations cached;
 static bool cached_valid = false;

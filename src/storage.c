@@ -40,7 +40,9 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "compat.h"
+#include "relations.h"
+#include "sweep.h"
 
 PG_FUNCTION_INFO_V1(dedup_consumer_storage);
 

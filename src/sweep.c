@@ -53,7 +53,11 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "audit.h"
+#include "compat.h"
+#include "guc.h"
+#include "relations.h"
+#include "sweep.h"
 
 PG_FUNCTION_INFO_V1(dedup_sweep);
 PG_FUNCTION_INFO_V1(dedup_default_retention);
@@ -61,6 +65,14 @@ PG_FUNCTION_INFO_V1(dedup_retention_cutoff);
 PG_FUNCTION_INFO_V1(dedup_retention_is_valid);
 PG_FUNCTION_INFO_V1(dedup_valid_retention);
 PG_FUNCTION_INFO_V1(dedup_valid_consumer);
+
+/*
+ * The sweep lock's tag: an advisory lock on (database, processed_messages,
+ * "dedu", SWEEP_LOCK_TAG).  SQL's advisory lock functions only ever use 1
+ * or 2 in the last field, so no session can take it.
+ */
+#define SWEEP_LOCK_KEY 0x64656475
+#define SWEEP_LOCK_TAG 0x6475
 
 /* the longest window: '100 years', as interval comparison counts it */
 #define MAX_WINDOW_DAYS		(100 * 12 * 30)
@@ -220,7 +232,7 @@ dedup_valid_consumer(PG_FUNCTION_ARGS)
  * It is a lock of the advisory lock method on a tag that no SQL function
  * can build (pg_advisory_lock() and friends use 1 and 2 in the last field),
  * so no role, however it connects, can take it and stop retention; it
- * shows up in pg_locks as an advisory lock with objsubid DEDUP_SWEEP_LOCK_TAG.
+ * shows up in pg_locks as an advisory lock with objsubid SWEEP_LOCK_TAG.
  *
  * Sweeps need not lock the rows they delete: no other sweep deletes at the
  * same time, and claims never lock existing rows.
@@ -230,8 +242,8 @@ dedup_sweep_lock(Oid messages, bool wait)
 {
 	LOCKTAG		tag;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, messages, DEDUP_SWEEP_LOCK_KEY,
-						 DEDUP_SWEEP_LOCK_TAG);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, messages, SWEEP_LOCK_KEY,
+						 SWEEP_LOCK_TAG);
 	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
@@ -246,11 +258,7 @@ dedup_sweep_check_role(const DedupRelations *rels, Oid role)
 {
 	AclResult	result;
 
-#if PG_VERSION_NUM >= 160000
-	result = object_aclcheck(NamespaceRelationId, rels->schema, role, ACL_USAGE);
-#else
-	result = pg_namespace_aclcheck(rels->schema, role, ACL_USAGE);
-#endif
+	result = dedup_namespace_aclcheck(rels->schema, role, ACL_USAGE);
 	if (result != ACLCHECK_OK)
 		aclcheck_error(result, OBJECT_SCHEMA, get_namespace_name(rels->schema));
 	/* one privilege at a time: a check of several passes if any is held */

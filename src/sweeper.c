@@ -56,7 +56,12 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "dedup.h"
+#include "compat.h"
+#include "guc.h"
+#include "relations.h"
+#include "sweep.h"
+#include "sweeper.h"
+#include "sweeper_state.h"
 
 /*
  * The sweeper's own settings, over whatever ALTER DATABASE or ALTER ROLE
@@ -77,9 +82,7 @@ static const struct
 	{"default_transaction_deferrable", "off"},
 	{"statement_timeout", "0"},
 	{"idle_in_transaction_session_timeout", "0"},
-#if PG_VERSION_NUM >= 170000
-	{"transaction_timeout", "0"},
-#endif
+	DEDUP_SWEEPER_VERSION_SETTINGS
 	{"exit_on_error", "off"},
 
 	/*
@@ -90,8 +93,6 @@ static const struct
 	{"lock_timeout", "100ms"},
 };
 
-static DedupDatabaseSlot *my_slot = NULL;
-
 /*
  * The user ID and security context of the session, restored at the end of
  * each sweep transaction, and the name of the role the current one runs as
@@ -100,45 +101,6 @@ static DedupDatabaseSlot *my_slot = NULL;
 static Oid	session_userid;
 static int	session_sec_context;
 static NameData sweep_role_name;
-
-/* before_shmem_exit: however the sweeper ends, its slot says it ended */
-static void
-sweeper_detach(int code, Datum arg)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot->sweeper_pid = 0;
-	my_slot->last_end = GetCurrentTimestamp();
-	LWLockRelease(DedupShared->lock);
-}
-
-/* progress, batch by batch */
-static void
-sweeper_count_rows(uint64 rows)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot->last_rows += rows;
-	my_slot->total_rows += rows;
-	LWLockRelease(DedupShared->lock);
-}
-
-/* the outcome, for the launcher's schedule and the dedup_sweeper view */
-static void
-sweeper_finish(DedupSweepOutcome outcome, const char *error)
-{
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot->last_outcome = outcome;
-	/* see sweeper_blocked */
-	if (outcome != DEDUP_SWEEP_BLOCKED)
-		my_slot->blocked_sweeps = 0;
-	else if (my_slot->state == DEDUP_DB_ACTIVE)
-		my_slot->blocked_sweeps++;
-	if (error != NULL)
-	{
-		strlcpy(my_slot->last_error, error, DEDUP_ERROR_LEN);
-		my_slot->last_error_at = GetCurrentTimestamp();
-	}
-	LWLockRelease(DedupShared->lock);
-}
 
 /*
  * Is DROP DATABASE or ALTER DATABASE waiting for this database?  Both take
@@ -194,33 +156,29 @@ static const DedupRelations *
 sweeper_blocked(Oid relid, LOCKMODE mode, bool *busy)
 {
 	int			blocked;
-	bool		probing;
-	const char *what;
+	int			holder = 0;
+	LOCKTAG		tag;
 
 	*busy = true;
-	LWLockAcquire(DedupShared->lock, LW_SHARED);
-	blocked = my_slot->blocked_sweeps + 1;
-	probing = (my_slot->state != DEDUP_DB_ACTIVE);
-	LWLockRelease(DedupShared->lock);
-	if (probing || !dedup_log_blocked(blocked))
+	if (!dedup_sweeper_log_blocked(&blocked))
 		return NULL;
 
 	if (OidIsValid(relid))
 	{
-		LOCKTAG		tag;
-		int			holder;
-
 		SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
 		holder = dedup_lock_holder(GetLockStatusData(), &tag, mode, MyProcPid);
-		what = holder != 0 ?
-			psprintf("a lock on table \"%s\" (pid %d)", get_rel_name(relid), holder) :
-			psprintf("a lock on table \"%s\"", get_rel_name(relid));
 	}
-	else
-		what = "the sweep lock";
 	ereport(LOG,
-			(errmsg("dedup sweep of database \"%s\" is blocked: another session holds %s",
-					get_database_name(MyDatabaseId), what),
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 !OidIsValid(relid) ?
+			 errmsg("dedup sweep of database \"%s\" is blocked: another session holds the sweep lock",
+					get_database_name(MyDatabaseId)) :
+			 holder != 0 ?
+			 errmsg("dedup sweep of database \"%s\" is blocked: another session holds a lock on table \"%s\" (pid %d)",
+					get_database_name(MyDatabaseId), get_rel_name(relid),
+					holder) :
+			 errmsg("dedup sweep of database \"%s\" is blocked: another session holds a lock on table \"%s\"",
+					get_database_name(MyDatabaseId), get_rel_name(relid)),
 			 blocked > 1 ? errdetail("%d consecutive sweeps have been blocked.", blocked) : 0));
 	return NULL;
 }
@@ -379,7 +337,7 @@ sweeper_sweep(TimestampTz start)
 				 (unsigned long long) deleted, text_to_cstring(target->consumer),
 				 GetTopTransactionIdIfAny(), timestamptz_to_str(target->resume));
 			sweeper_end();
-			sweeper_count_rows(deleted);
+			dedup_sweeper_progress(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
 	return DEDUP_SWEEP_DONE;
@@ -405,21 +363,10 @@ dedup_sweeper_main(Datum main_arg)
 		SetConfigOption(sweeper_settings[i].name, sweeper_settings[i].value,
 						PGC_SUSET, PGC_S_OVERRIDE);
 
+	/* recorded as begun: the launcher no longer watches our lock waits */
 	start = GetCurrentTimestamp();
-	LWLockAcquire(DedupShared->lock, LW_EXCLUSIVE);
-	my_slot = dedup_database_slot(dboid, false);
-	if (my_slot == NULL)
-	{
-		LWLockRelease(DedupShared->lock);
+	if (!dedup_sweeper_attach(dboid, start))
 		proc_exit(0);
-	}
-	/* the launcher no longer watches our lock waits (launcher.c) */
-	my_slot->connected = true;
-	my_slot->sweeper_pid = MyProcPid;
-	my_slot->last_start = start;
-	my_slot->last_rows = 0;
-	LWLockRelease(DedupShared->lock);
-	before_shmem_exit(sweeper_detach, (Datum) 0);
 
 	sweep_context = AllocSetContextCreate(TopMemoryContext, "dedup sweep",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -427,7 +374,7 @@ dedup_sweeper_main(Datum main_arg)
 
 	PG_TRY();
 	{
-		sweeper_finish(sweeper_sweep(start), NULL);
+		dedup_sweeper_finish(sweeper_sweep(start), NULL);
 	}
 	PG_CATCH();
 	{
@@ -441,7 +388,7 @@ dedup_sweeper_main(Datum main_arg)
 			/* rows locked elsewhere: not a failure, the next sweep retries */
 			FlushErrorState();
 			AbortCurrentTransaction();
-			sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);
+			dedup_sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);
 		}
 		else
 		{
@@ -449,7 +396,7 @@ dedup_sweeper_main(Datum main_arg)
 			EmitErrorReport();
 			FlushErrorState();
 			AbortCurrentTransaction();
-			sweeper_finish(DEDUP_SWEEP_FAILED, edata->message);
+			dedup_sweeper_finish(DEDUP_SWEEP_FAILED, edata->message);
 		}
 		RESUME_INTERRUPTS();
 	}

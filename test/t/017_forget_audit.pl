@@ -63,7 +63,7 @@ like($log,
 	qr/$who deleted 2 records of consumer 'payments' claimed since -infinity in transaction \d+\n/,
 	'log: dedup_forget_since, with the count and the time');
 like($log,
-	qr/$who deleted 1 records of consumer 'old-service' claimed since -infinity in transaction \d+\n/,
+	qr/$who deleted 1 record of consumer 'old-service' claimed since -infinity in transaction \d+\n/,
 	'log: dedup_retire_consumer names the calling role, not the function owner');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM processed_messages'),
 	'0', 'every record is gone');

@@ -1,0 +1,97 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  What differs between the PostgreSQL versions dedup builds on (15 to
+ *	  18), in one place: each difference behind one name that the rest of
+ *	  the code uses on every version.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEDUP_COMPAT_H
+#define DEDUP_COMPAT_H
+
+#include "utils/wait_event.h"
+
+/* dedup.c's module magic block: 18 records the library's name and version */
+#if PG_VERSION_NUM >= 180000
+#define DEDUP_MODULE_MAGIC(name_, version_) \
+	PG_MODULE_MAGIC_EXT(.name = (name_), .version = (version_))
+#else
+#define DEDUP_MODULE_MAGIC(name_, version_) PG_MODULE_MAGIC
+#endif
+
+/* an index scan without instrumentation or ordering (18 added the former) */
+#if PG_VERSION_NUM >= 180000
+#define dedup_index_beginscan(heap, index, snapshot, nkeys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), 0)
+#else
+#define dedup_index_beginscan(heap, index, snapshot, nkeys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), 0)
+#endif
+
+/*
+ * ON CONFLICT's first look for a conflict, without the row being updated
+ * that 18 added for ON CONFLICT DO UPDATE
+ */
+#if PG_VERSION_NUM >= 180000
+#define dedup_check_index_constraints(result_rel, slot, estate, conflict_tid) \
+	ExecCheckIndexConstraints((result_rel), (slot), (estate), (conflict_tid), \
+							  NULL, NIL)
+#else
+#define dedup_check_index_constraints(result_rel, slot, estate, conflict_tid) \
+	ExecCheckIndexConstraints((result_rel), (slot), (estate), (conflict_tid), \
+							  NIL)
+#endif
+
+/*
+ * The index entries of a speculatively inserted tuple, in every index (16
+ * can insert into the summarizing indexes only, for HOT updates)
+ */
+#if PG_VERSION_NUM >= 160000
+#define dedup_insert_index_tuples(result_rel, slot, estate, spec_conflict) \
+	ExecInsertIndexTuples((result_rel), (slot), (estate), false, true, \
+						  (spec_conflict), NIL, false)
+#else
+#define dedup_insert_index_tuples(result_rel, slot, estate, spec_conflict) \
+	ExecInsertIndexTuples((result_rel), (slot), (estate), false, true, \
+						  (spec_conflict), NIL)
+#endif
+
+/* a privilege check on a schema (16 made it one for every kind of object) */
+#if PG_VERSION_NUM >= 160000
+#define dedup_namespace_aclcheck(nspid, roleid, mode) \
+	object_aclcheck(NamespaceRelationId, (nspid), (roleid), (mode))
+#else
+#define dedup_namespace_aclcheck(nspid, roleid, mode) \
+	pg_namespace_aclcheck((nspid), (roleid), (mode))
+#endif
+
+/*
+ * The settings that only some versions have, which the sweeper sets for
+ * its transactions: entries of its list (sweeper.c), as {name, value}.
+ */
+#if PG_VERSION_NUM >= 170000
+#define DEDUP_SWEEPER_VERSION_SETTINGS \
+	{"transaction_timeout", "0"},
+#else
+#define DEDUP_SWEEPER_VERSION_SETTINGS
+#endif
+
+/*
+ * The wait event of a wait of the background workers: on 17 and later one
+ * with a name of its own in pg_stat_activity (registered once per process,
+ * *event caches it); before, every extension wait is "Extension".
+ */
+static inline uint32
+dedup_wait_event(const char *name, uint32 *event)
+{
+#if PG_VERSION_NUM >= 170000
+	if (*event == 0)
+		*event = WaitEventExtensionNew(name);
+	return *event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
+
+#endif							/* DEDUP_COMPAT_H */

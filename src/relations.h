@@ -1,0 +1,45 @@
+/*-------------------------------------------------------------------------
+ *
+ * relations.h
+ *	  The extension's tables and the indexes the claim and the sweep use,
+ *	  found through pg_extension and pg_depend, never by a name resolved at
+ *	  run time (relations.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEDUP_RELATIONS_H
+#define DEDUP_RELATIONS_H
+
+#include "access/attnum.h"
+#include "access/skey.h"
+#include "storage/lockdefs.h"
+#include "utils/relcache.h"
+
+typedef struct DedupRelations
+{
+	Oid			extension;		/* pg_extension row of dedup */
+	Oid			schema;			/* where it is installed */
+	Oid			messages;		/* processed_messages */
+	Oid			messages_key;	/* its (consumer_name, message_id) key */
+	Oid			messages_time;	/* its (consumer_name, processed_at) index */
+	AttrNumber	fingerprint_attnum; /* its fingerprint column (1.1), or 0 */
+	Oid			retention;		/* dedup_retention */
+	Oid			retention_key;	/* its (consumer_name) key */
+	Oid			consumer_roles; /* dedup_consumer_roles (1.1), or invalid */
+	Oid			consumer_roles_key; /* its (consumer_name, claimant) key */
+} DedupRelations;
+
+typedef enum DedupTable
+{
+	DEDUP_MESSAGES,
+	DEDUP_RETENTION,
+	DEDUP_CONSUMER_ROLES
+} DedupTable;
+
+extern const DedupRelations *dedup_relations(bool missing_ok);
+extern Relation dedup_table_open(DedupTable table, LOCKMODE lockmode,
+								 bool missing_ok, const DedupRelations **rels);
+extern void dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
+						   StrategyNumber strategy, Datum value);
+
+#endif							/* DEDUP_RELATIONS_H */
