@@ -150,3 +150,127 @@ ALTER TABLE @extschema@.dedup_retention
 	ENABLE ALWAYS TRIGGER dedup_retention_audit_truncate;
 
 REVOKE ALL ON FUNCTION @extschema@.dedup_retention_audit() FROM PUBLIC;
+
+/* --- ordered streams (issue 16) --- */
+
+/*
+ * Where each consumer is in each partition of each ordered stream (a Kafka
+ * topic, a RabbitMQ stream): the last offset it has processed.  For a
+ * consumer that processes a partition in order, that position is the whole
+ * deduplication record: one row per (consumer, stream, partition), however
+ * many messages, and nothing to sweep.  Claims by offset (stream_offsets.c)
+ * move it in place: they change only columns that no index covers, so
+ * every update is a HOT update (the new version on the same page, the old
+ * one pruned when the page is next read) and the table keeps its size;
+ * fillfactor 50 leaves every page the room to do so.  Claims write every
+ * column themselves: no defaults.
+ */
+CREATE TABLE @extschema@.stream_positions (
+	consumer_name text NOT NULL,
+	stream text NOT NULL,
+	partition integer NOT NULL,
+	committed_offset bigint NOT NULL,
+	updated_at timestamptz NOT NULL,
+	CONSTRAINT stream_positions_pkey PRIMARY KEY (consumer_name, stream, partition)
+) WITH (fillfactor = 50);
+COMMENT ON TABLE @extschema@.stream_positions IS
+	'dedup: the last offset each consumer has processed in each partition of each stream (written by dedup_claim_offset)';
+COMMENT ON COLUMN @extschema@.stream_positions.committed_offset IS
+	'last offset processed; -1 after dedup_set_stream_position(..., 0): the partition is read again from its start';
+
+/* user data, kept by pg_dump like the records */
+SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass, ''::pg_catalog.text)
+  FROM pg_catalog.pg_class c
+ WHERE c.relnamespace OPERATOR(pg_catalog.=)
+	   (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup'::pg_catalog.name)
+   AND c.relname OPERATOR(pg_catalog.=) 'stream_positions'::pg_catalog.name;
+
+/*
+ * dedup_claim_offset(consumer, stream, partition, message_offset): true
+ * when message_offset is past the consumer's position in the partition,
+ * which moves to it in this transaction (do the work); false when it is at
+ * or before it (a replay: skip).  Never NULL.  Exactly dedup_claim's
+ * transactional guarantees, claimant check and counters.
+ */
+CREATE FUNCTION @extschema@.dedup_claim_offset(consumer text, stream text,
+											   partition integer, message_offset bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_claim_offset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.dedup_claim_offset(text, text, integer, bigint) IS
+	'dedup: claim a record of an ordered stream by its offset; true = past the position (do it), false = a replay (skip)';
+
+/*
+ * dedup_claim_offsets(consumer, stream, partition, message_offsets): a
+ * poll's records of one partition in one call and one write; element i is
+ * what dedup_claim_offset(message_offsets[i]) would answer after the
+ * elements before it.
+ */
+CREATE FUNCTION @extschema@.dedup_claim_offsets(consumer text, stream text,
+												partition integer, message_offsets bigint[])
+RETURNS boolean[]
+AS 'MODULE_PATHNAME', 'dedup_claim_offsets'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.dedup_claim_offsets(text, text, integer, bigint[]) IS
+	'dedup: claim a batch of records of one partition by offset; element i true = message_offsets[i] is new';
+
+/*
+ * dedup_stream_positions(consumer [, only_stream]): where the consumer is,
+ * and where to seek on assignment (next_offset).  Only reads: a hot standby
+ * answers it.  The same roles may look as may claim for the consumer.
+ */
+CREATE FUNCTION @extschema@.dedup_stream_positions(consumer text,
+												   only_stream text DEFAULT NULL)
+RETURNS TABLE (stream text, partition integer, committed_offset bigint,
+			   next_offset bigint, updated_at timestamptz)
+AS 'MODULE_PATHNAME', 'dedup_stream_positions'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION @extschema@.dedup_stream_positions(text, text) IS
+	'dedup: a consumer''s positions in its streams; seek each partition to next_offset';
+
+/*
+ * dedup_set_stream_position(consumer, stream, partition, next_offset):
+ * move a position on purpose, back (replay) or forward (skip a poison
+ * range); returns the previous next_offset (NULL: none).  For operators
+ * only: every call is in the server log.
+ */
+CREATE FUNCTION @extschema@.dedup_set_stream_position(consumer text, stream text,
+													  partition integer, next_offset bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dedup_set_stream_position'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.dedup_set_stream_position(text, text, integer, bigint) IS
+	'dedup: move a consumer''s position in a partition (audited); returns the previous next_offset';
+
+/*
+ * dedup_forget_stream_positions(consumer [, only_stream]): delete the
+ * consumer's positions (in one stream), so that its partitions are claimed
+ * again from any offset; returns how many.  Audited.
+ */
+CREATE FUNCTION @extschema@.dedup_forget_stream_positions(consumer text,
+														  only_stream text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dedup_forget_stream_positions'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/* dedup_retire_consumer: its positions go with it */
+CREATE OR REPLACE FUNCTION @extschema@.dedup_retire_consumer(consumer text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_retire_consumer'::pg_catalog.text);
+	DELETE FROM @extschema@.dedup_retention r
+	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
+	DELETE FROM @extschema@.dedup_consumer_roles r
+	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
+	SELECT @extschema@.dedup_forget_stream_positions(consumer, NULL::pg_catalog.text);
+	SELECT @extschema@.dedup_forget_since(consumer, '-infinity'::pg_catalog.timestamptz);
+END;
+
+REVOKE ALL ON TABLE @extschema@.stream_positions FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_offset(text, text, integer, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_offsets(text, text, integer, bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_stream_positions(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_set_stream_position(text, text, integer, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_forget_stream_positions(text, text) FROM PUBLIC;

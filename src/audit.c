@@ -2,8 +2,10 @@
  *
  * audit.c
  *	  The audit trail: one server log line (LOG) for every record deleted on
- *	  purpose (dedup_forget, dedup_forget_since, the manual dedup_sweep) and
- *	  for every change of a retention window, whatever made it (the trigger
+ *	  purpose (dedup_forget, dedup_forget_since, the manual dedup_sweep), for
+ *	  every stream position moved or deleted on purpose
+ *	  (dedup_set_stream_position, dedup_forget_stream_positions) and for
+ *	  every change of a retention window, whatever made it (the trigger
  *	  dedup_retention_audit on dedup_retention).
  *
  * Every line begins "dedup audit: role R (session user S)": R is the role
@@ -176,6 +178,42 @@ dedup_audit_sweep(text *consumer, TimestampTz cutoff, uint64 deleted)
 	audit_log("swept %llu expired records of consumer %s claimed before %s in transaction %u",
 			  (unsigned long long) deleted, text_literal(consumer),
 			  timestamptz_to_str(cutoff), GetTopTransactionId());
+}
+
+/*
+ * dedup_set_stream_position set consumer's position in partition of
+ * stream to next_offset; it was previous (the next offset), or there was
+ * none (had_position false).
+ */
+void
+dedup_audit_stream_position(text *consumer, text *stream, int32 partition,
+							bool had_position, int64 previous,
+							int64 next_offset)
+{
+	audit_log("set the position of consumer %s in partition %d of stream %s to next offset %lld (it was %s) in transaction %u",
+			  text_literal(consumer), partition, text_literal(stream),
+			  (long long) next_offset,
+			  had_position ? psprintf("%lld", (long long) previous) : "unset",
+			  GetTopTransactionId());
+}
+
+/*
+ * dedup_forget_stream_positions (also through dedup_retire_consumer):
+ * deleted consumer's positions, in stream only (NULL: in every stream).
+ */
+void
+dedup_audit_forget_positions(text *consumer, text *stream, uint64 deleted)
+{
+	char	   *where = stream == NULL ? "" :
+		psprintf(" in stream %s", text_literal(stream));
+
+	if (deleted > 0)
+		audit_log("deleted %llu stream positions of consumer %s%s in transaction %u",
+				  (unsigned long long) deleted, text_literal(consumer), where,
+				  GetTopTransactionId());
+	else
+		audit_log("found no stream positions of consumer %s%s to forget",
+				  text_literal(consumer), where);
 }
 
 /* a window as a line shows it: "forever" (NULL) or an interval literal */

@@ -55,20 +55,12 @@ PG_FUNCTION_INFO_V1(dedup_claim_many);
 PG_FUNCTION_INFO_V1(dedup_try_claim);
 PG_FUNCTION_INFO_V1(dedup_consumer_roles_changed);
 
-/* What a claim of one key found; the order of dedup_claim_status's labels */
-typedef enum ClaimOutcome
-{
-	CLAIM_CLAIMED,				/* recorded now */
-	CLAIM_DUPLICATE,			/* recorded before */
-	CLAIM_IN_PROGRESS			/* another open transaction is at it */
-} ClaimOutcome;
-
 /* SQLSTATE UD001: the same message id claimed with a different fingerprint */
 #define ERRCODE_DEDUP_MESSAGE_ID_REUSED MAKE_SQLSTATE('U','D','0','0','1')
 
 /* for errors: argument argname, or its element number element (from 1) */
-static char *
-key_description(const char *argname, int element)
+char *
+dedup_argument_description(const char *argname, int element)
 {
 	if (element > 0)
 		return psprintf("element %d of argument \"%s\"", element, argname);
@@ -93,7 +85,7 @@ dedup_check_key(const char *function, const char *argname, int element,
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s of %s must not be null",
-						key_description(argname, element), function),
+						dedup_argument_description(argname, element), function),
 				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
 
 	len = toast_raw_datum_size(value) - VARHDRSZ;
@@ -101,27 +93,15 @@ dedup_check_key(const char *function, const char *argname, int element,
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s of %s must not be empty",
-						key_description(argname, element), function)));
+						dedup_argument_description(argname, element), function)));
 	if (len > max_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("%s of %s is too long",
-						key_description(argname, element), function),
+						dedup_argument_description(argname, element), function),
 				 errdetail("It is %zu bytes; at most %zu bytes are accepted.",
 						   len, max_bytes),
 				 errhint("Claim a digest of long keys, for example encode(sha256(convert_to(key, 'UTF8')), 'hex').")));
-}
-
-/*
- * Did this backend wait for a lock since get_timeout_start_time() returned
- * mark?  Every lock wait re-arms the deadlock timeout (ProcSleep), so a new
- * start time means it did: for a claim, nearly always for an in-flight claim
- * of the same key.
- */
-static inline bool
-claim_waited(TimestampTz mark)
-{
-	return get_timeout_start_time(DEADLOCK_TIMEOUT) != mark;
 }
 
 /*
@@ -264,26 +244,6 @@ dedup_consumer_roles_changed(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
-/*
- * What claims of one statement share: the executor state and the slots of
- * the speculative insertion into processed_messages (rel, opened by the
- * caller with RowExclusiveLock).
- */
-typedef struct ClaimWriter
-{
-	Relation	rel;
-	EState	   *estate;
-	ResultRelInfo *result_rel;
-	Relation	key_index;		/* the (consumer_name, message_id) key */
-	List	   *indexes;		/* OIDs of all the table's indexes */
-	bool		all_indexes_open;	/* or only the key, so far */
-	int			natts;			/* its attributes, dropped ones included */
-	AttrNumber	fingerprint_attnum; /* 0 before 1.1 (no fingerprint column) */
-	TupleTableSlot *slot;		/* the claim being inserted */
-	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
-	MemoryContext caller_context;
-} ClaimWriter;
-
 static bool
 varlenas_equal(Datum a, Datum b)
 {
@@ -307,17 +267,35 @@ same_key(ClaimWriter *writer, TupleTableSlot *slot)
 }
 
 /*
+ * With REPEATABLE READ or SERIALIZABLE, a row that a claim conflicts with
+ * (in slot) and that this transaction's snapshot cannot see was committed
+ * after the snapshot was taken: answering from it would act on data the
+ * transaction must not see, so raise a serialization failure, as ON
+ * CONFLICT does (nodeModifyTable.c, ExecCheckTIDVisible and
+ * ExecCheckTupleVisible).  A row this transaction wrote itself is an answer
+ * however the snapshot sees it.
+ */
+void
+claim_check_visible(ClaimWriter *writer, TupleTableSlot *slot)
+{
+	bool		isnull;
+
+	if (IsolationUsesXactSnapshot() &&
+		!table_tuple_satisfies_snapshot(writer->rel, slot,
+										writer->estate->es_snapshot) &&
+		!TransactionIdIsCurrentTransactionId(
+			DatumGetTransactionId(slot_getsysattr(slot,
+												  MinTransactionIdAttributeNumber,
+												  &isnull))))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update")));
+}
+
+/*
  * A claim found the row conflict_tid with its key: decide that it is a
- * duplicate, or raise the error that it is not.
- *
- * With REPEATABLE READ or SERIALIZABLE, a conflicting row that this
- * transaction's snapshot cannot see was committed after the snapshot was
- * taken: answering "duplicate" would act on data the transaction must not
- * see, so raise a serialization failure, as ON CONFLICT DO NOTHING does
- * (nodeModifyTable.c, ExecCheckTIDVisible).  A row this transaction
- * inserted itself is a duplicate however the snapshot sees it.
- *
- * With a fingerprint, a row of the same key recorded with a different one
+ * duplicate, or raise the error that it is not: a serialization failure
+ * (claim_check_visible), or, with a fingerprint, a row of the same key recorded with a different one
  * means that the producer reused the message id for another message: an
  * error, never a silent "duplicate".  A row recorded without a fingerprint
  * matches any.  A row found through another unique index a DBA added (of
@@ -336,16 +314,7 @@ claim_check_conflict(ClaimWriter *writer, ItemPointer conflict_tid,
 	if (!table_tuple_fetch_row_version(writer->rel, conflict_tid, SnapshotAny,
 									   slot))
 		elog(ERROR, "failed to fetch conflicting claim");
-	if (IsolationUsesXactSnapshot() &&
-		!table_tuple_satisfies_snapshot(writer->rel, slot,
-										writer->estate->es_snapshot) &&
-		!TransactionIdIsCurrentTransactionId(
-			DatumGetTransactionId(slot_getsysattr(slot,
-												  MinTransactionIdAttributeNumber,
-												  &isnull))))
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to concurrent update")));
+	claim_check_visible(writer, slot);
 	if (has_fingerprint && writer->fingerprint_attnum != 0 &&
 		same_key(writer, slot))
 	{
@@ -389,7 +358,7 @@ claim_writer_open_index(ClaimWriter *writer, Oid indexoid)
  * unique (an index a DBA added): it is an arbiter too, so the caller must
  * look for conflicts again.
  */
-static bool
+bool
 claim_writer_open_other_indexes(ClaimWriter *writer)
 {
 	MemoryContext oldcontext = MemoryContextSwitchTo(writer->estate->es_query_cxt);
@@ -409,7 +378,7 @@ claim_writer_open_other_indexes(ClaimWriter *writer)
 	return unique;
 }
 
-static void
+void
 claim_writer_begin(ClaimWriter *writer, Relation rel, Oid key_index,
 				   AttrNumber fingerprint_attnum)
 {
@@ -440,7 +409,7 @@ claim_writer_begin(ClaimWriter *writer, Relation rel, Oid key_index,
 	MemoryContextSwitchTo(writer->caller_context);
 }
 
-static void
+void
 claim_writer_end(ClaimWriter *writer)
 {
 	ExecDropSingleTupleTableSlot(writer->conflict_slot);
@@ -568,10 +537,9 @@ claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
 }
 
 /*
- * Insert (consumer, message_id, now(), fingerprint) into processed_messages
- * unless the key is there already, and say what happened: the speculative
- * insertion protocol of ExecInsert for ON CONFLICT DO NOTHING with every
- * unique index as arbiter.
+ * Insert the row in writer->slot unless a row with its key is there
+ * already, and say what happened: the speculative insertion protocol of
+ * ExecInsert for ON CONFLICT with every unique index as arbiter.
  *
  * First look for a conflicting row: with wait, as ON CONFLICT does,
  * waiting for an in-progress inserter of the same key to finish; without,
@@ -579,35 +547,18 @@ claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
  * tuple speculatively, under a speculative insertion lock, and then its
  * index entries; if a concurrent claim of the same key got into the unique
  * index first, the tuple is killed ("super-deleted") and the whole thing
- * starts again, now finding the other claim as a conflict.  What one key
- * needs is allocated in the per-tuple context, reset afterwards.
+ * starts again, now finding the other claim as a conflict, whose TID is
+ * returned in *conflict_tid with CLAIM_DUPLICATE.
  */
-static ClaimOutcome
-claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id,
-					Datum fingerprint, bool has_fingerprint, bool wait)
+ClaimOutcome
+claim_writer_put(ClaimWriter *writer, bool wait, ItemPointer conflict_tid)
 {
 	EState	   *estate = writer->estate;
 	TupleTableSlot *slot = writer->slot;
 	ClaimOutcome outcome;
 
-	MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-	ExecClearTuple(slot);
-	/* NULL in every other attribute: dropped ones, a missing fingerprint */
-	memset(slot->tts_isnull, true, writer->natts * sizeof(bool));
-	slot->tts_values[0] = consumer;
-	slot->tts_values[1] = message_id;
-	slot->tts_values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	memset(slot->tts_isnull, false, 3 * sizeof(bool));
-	if (writer->fingerprint_attnum != 0 && has_fingerprint)
-	{
-		slot->tts_values[writer->fingerprint_attnum - 1] = fingerprint;
-		slot->tts_isnull[writer->fingerprint_attnum - 1] = false;
-	}
-	ExecStoreVirtualTuple(slot);
-
 	for (;;)
 	{
-		ItemPointerData conflict_tid;
 		TransactionId xid;
 		uint32		token;
 		bool		spec_conflict = false;
@@ -616,18 +567,15 @@ claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id,
 		CHECK_FOR_INTERRUPTS();
 		if (wait)
 			outcome = ExecCheckIndexConstraints(writer->result_rel, slot, estate,
-												&conflict_tid,
+												conflict_tid,
 #if PG_VERSION_NUM >= 180000
 												NULL,
 #endif
 												NIL) ? CLAIM_CLAIMED : CLAIM_DUPLICATE;
 		else
-			outcome = claim_probe(writer, &conflict_tid);
-		if (outcome == CLAIM_DUPLICATE)
-			claim_check_conflict(writer, &conflict_tid, fingerprint,
-								 has_fingerprint);
+			outcome = claim_probe(writer, conflict_tid);
 		if (outcome != CLAIM_CLAIMED)
-			break;
+			return outcome;
 
 		/*
 		 * Only a claim that writes needs the other indexes, a transaction ID
@@ -652,8 +600,44 @@ claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id,
 		SpeculativeInsertionLockRelease(xid);
 		list_free(recheck);
 		if (!spec_conflict)
-			break;
+			return CLAIM_CLAIMED;
 	}
+}
+
+/*
+ * Insert (consumer, message_id, now(), fingerprint) into processed_messages
+ * unless the key is there already (claim_writer_put), and say what
+ * happened.  What one key needs is allocated in the per-tuple context,
+ * reset afterwards.
+ */
+static ClaimOutcome
+claim_writer_insert(ClaimWriter *writer, Datum consumer, Datum message_id,
+					Datum fingerprint, bool has_fingerprint, bool wait)
+{
+	EState	   *estate = writer->estate;
+	TupleTableSlot *slot = writer->slot;
+	ItemPointerData conflict_tid;
+	ClaimOutcome outcome;
+
+	MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+	ExecClearTuple(slot);
+	/* NULL in every other attribute: dropped ones, a missing fingerprint */
+	memset(slot->tts_isnull, true, writer->natts * sizeof(bool));
+	slot->tts_values[0] = consumer;
+	slot->tts_values[1] = message_id;
+	slot->tts_values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	memset(slot->tts_isnull, false, 3 * sizeof(bool));
+	if (writer->fingerprint_attnum != 0 && has_fingerprint)
+	{
+		slot->tts_values[writer->fingerprint_attnum - 1] = fingerprint;
+		slot->tts_isnull[writer->fingerprint_attnum - 1] = false;
+	}
+	ExecStoreVirtualTuple(slot);
+
+	outcome = claim_writer_put(writer, wait, &conflict_tid);
+	if (outcome == CLAIM_DUPLICATE)
+		claim_check_conflict(writer, &conflict_tid, fingerprint,
+							 has_fingerprint);
 
 	ExecClearTuple(slot);
 	MemoryContextSwitchTo(writer->caller_context);

@@ -10,6 +10,7 @@
 
 #include "access/skey.h"
 #include "datatype/timestamp.h"
+#include "nodes/execnodes.h"
 #include "nodes/pg_list.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
@@ -17,6 +18,7 @@
 #include "storage/lockdefs.h"
 #include "storage/lwlock.h"
 #include "utils/relcache.h"
+#include "utils/timeout.h"
 #include "utils/wait_event.h"
 
 /*
@@ -65,13 +67,16 @@ typedef struct DedupRelations
 	Oid			retention_key;	/* its (consumer_name) key */
 	Oid			consumer_roles; /* dedup_consumer_roles (1.1), or invalid */
 	Oid			consumer_roles_key; /* its (consumer_name, claimant) key */
+	Oid			positions;		/* stream_positions (1.2), or invalid */
+	Oid			positions_key;	/* its (consumer_name, stream, partition) key */
 } DedupRelations;
 
 typedef enum DedupTable
 {
 	DEDUP_MESSAGES,
 	DEDUP_RETENTION,
-	DEDUP_CONSUMER_ROLES
+	DEDUP_CONSUMER_ROLES,
+	DEDUP_STREAM_POSITIONS
 } DedupTable;
 
 extern const DedupRelations *dedup_relations(bool missing_ok);
@@ -219,9 +224,10 @@ extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
 								int limit, TimestampTz *last);
 
 /*
- * audit.c: the audit trail, one LOG line per record deleted on purpose and
- * per window change; dedup_quote_literal renders any untrusted string
- * (names, ids) as a one-line SQL literal that reads back as the original
+ * audit.c: the audit trail, one LOG line per record deleted or stream
+ * position moved on purpose and per window change; dedup_quote_literal
+ * renders any untrusted string (names, ids) as a one-line SQL literal that
+ * reads back as the original
  */
 extern char *dedup_quote_literal(const char *str);
 extern void dedup_audit_forget(text *consumer, text *message_id, bool found);
@@ -229,15 +235,73 @@ extern void dedup_audit_forget_since(text *consumer, TimestampTz since,
 									 uint64 deleted);
 extern void dedup_audit_sweep(text *consumer, TimestampTz cutoff,
 							  uint64 deleted);
+extern void dedup_audit_stream_position(text *consumer, text *stream,
+										int32 partition, bool had_position,
+										int64 previous, int64 next_offset);
+extern void dedup_audit_forget_positions(text *consumer, text *stream,
+										 uint64 deleted);
 
 /*
- * claim.c: the claims, and what they share with records.c: the argument
- * checks and the consumer -> role mapping (dedup_consumer_roles)
+ * claim.c: the claims, and what they share with records.c and
+ * stream_offsets.c: the argument checks, the consumer -> role mapping
+ * (dedup_consumer_roles), and the writer, which inserts a row into one of
+ * the extension's tables as INSERT ... ON CONFLICT would (speculative
+ * insertion, every unique index an arbiter), or finds the row it conflicts
+ * with
  */
+extern char *dedup_argument_description(const char *argname, int element);
 extern void dedup_check_key(const char *function, const char *argname,
 							int element, Datum value, bool isnull,
 							Size max_bytes);
 extern void dedup_check_claimant(text *consumer, const char *function);
+
+/* What a claim of one key found; the order of dedup_claim_status's labels */
+typedef enum ClaimOutcome
+{
+	CLAIM_CLAIMED,				/* recorded now */
+	CLAIM_DUPLICATE,			/* recorded before */
+	CLAIM_IN_PROGRESS			/* another open transaction is at it */
+} ClaimOutcome;
+
+/*
+ * What claims of one statement share: the executor state and the slots of
+ * the speculative insertion into one table (rel, opened by the caller with
+ * RowExclusiveLock).
+ */
+typedef struct ClaimWriter
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *result_rel;
+	Relation	key_index;		/* the table's key */
+	List	   *indexes;		/* OIDs of all the table's indexes */
+	bool		all_indexes_open;	/* or only the key, so far */
+	int			natts;			/* its attributes, dropped ones included */
+	AttrNumber	fingerprint_attnum; /* 0 before 1.1 (no fingerprint column) */
+	TupleTableSlot *slot;		/* the row being inserted */
+	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
+	MemoryContext caller_context;
+} ClaimWriter;
+
+extern void claim_writer_begin(ClaimWriter *writer, Relation rel,
+							   Oid key_index, AttrNumber fingerprint_attnum);
+extern void claim_writer_end(ClaimWriter *writer);
+extern bool claim_writer_open_other_indexes(ClaimWriter *writer);
+extern ClaimOutcome claim_writer_put(ClaimWriter *writer, bool wait,
+									 ItemPointer conflict_tid);
+extern void claim_check_visible(ClaimWriter *writer, TupleTableSlot *slot);
+
+/*
+ * Did this backend wait for a lock since get_timeout_start_time() returned
+ * mark?  Every lock wait re-arms the deadlock timeout (ProcSleep), so a new
+ * start time means it did: for a claim, nearly always for an in-flight claim
+ * of the same key.
+ */
+static inline bool
+claim_waited(TimestampTz mark)
+{
+	return get_timeout_start_time(DEADLOCK_TIMEOUT) != mark;
+}
 
 /*
  * launcher.c and sweeper.c: the background workers.  A wait of theirs has a

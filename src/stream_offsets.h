@@ -1,0 +1,32 @@
+/*-------------------------------------------------------------------------
+ *
+ * stream_offsets.h
+ *	  What the claims by offset (stream_offsets.c) and the functions that
+ *	  read and remove stream positions (stream_positions.c) share.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef STREAM_OFFSETS_H
+#define STREAM_OFFSETS_H
+
+#include "dedup.h"
+
+/*
+ * Longest stream name a claim by offset accepts, in bytes: Kafka topic
+ * names have at most 249 characters, RabbitMQ stream names 255 bytes.
+ * Longer names should be hashed by the caller.
+ */
+#define DEDUP_MAX_STREAM_BYTES	256
+
+/* the columns of stream_positions */
+#define POSITION_CONSUMER		1
+#define POSITION_STREAM			2
+#define POSITION_PARTITION		3
+#define POSITION_OFFSET			4
+#define POSITION_UPDATED_AT		5
+#define POSITION_COLUMNS		5
+
+extern Relation dedup_positions_open(const char *function, LOCKMODE lockmode,
+									 const DedupRelations **rels);
+
+#endif							/* STREAM_OFFSETS_H */
