@@ -13,21 +13,11 @@
 /*
  * dedup_retire_consumer: 1.1 called dedup_forget_since(consumer,
  * '-infinity') with an untyped literal, which a dedup_forget_since(text,
- * text) planted beside the real one would have won.  Bound again here.
+ * text) planted beside the real one would have won.  It is bound again
+ * below, once the stream positions it also removes exist.
  */
-CREATE OR REPLACE FUNCTION @extschema@.dedup_retire_consumer(consumer text)
-RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER
-BEGIN ATOMIC
-	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_retire_consumer'::pg_catalog.text);
-	DELETE FROM @extschema@.dedup_retention r
-	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
-	DELETE FROM @extschema@.dedup_consumer_roles r
-	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
-	SELECT @extschema@.dedup_forget_since(consumer, '-infinity'::pg_catalog.timestamptz);
-END;
 
-/* The other bodies that pass literals to the extension's functions. */
+/* The bodies that pass literals to the extension's functions. */
 CREATE OR REPLACE FUNCTION @extschema@.dedup_set_retention(consumer text, retention interval)
 RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER
@@ -212,8 +202,6 @@ CREATE FUNCTION @extschema@.dedup_claim_offsets(consumer text, stream text,
 RETURNS boolean[]
 AS 'MODULE_PATHNAME', 'dedup_claim_offsets'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.dedup_claim_offsets(text, text, integer, bigint[]) IS
-	'dedup: claim a batch of records of one partition by offset; element i true = message_offsets[i] is new';
 
 /*
  * dedup_stream_positions(consumer [, only_stream]): where the consumer is,
@@ -226,8 +214,6 @@ RETURNS TABLE (stream text, partition integer, committed_offset bigint,
 			   next_offset bigint, updated_at timestamptz)
 AS 'MODULE_PATHNAME', 'dedup_stream_positions'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
-COMMENT ON FUNCTION @extschema@.dedup_stream_positions(text, text) IS
-	'dedup: a consumer''s positions in its streams; seek each partition to next_offset';
 
 /*
  * dedup_set_stream_position(consumer, stream, partition, next_offset):
@@ -240,8 +226,6 @@ CREATE FUNCTION @extschema@.dedup_set_stream_position(consumer text, stream text
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'dedup_set_stream_position'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.dedup_set_stream_position(text, text, integer, bigint) IS
-	'dedup: move a consumer''s position in a partition (audited); returns the previous next_offset';
 
 /*
  * dedup_forget_stream_positions(consumer [, only_stream]): delete the
@@ -254,7 +238,10 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'dedup_forget_stream_positions'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-/* dedup_retire_consumer: its positions go with it */
+/*
+ * dedup_retire_consumer: its positions go with it; every literal typed (see
+ * the top of this script).
+ */
 CREATE OR REPLACE FUNCTION @extschema@.dedup_retire_consumer(consumer text)
 RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER

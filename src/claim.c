@@ -68,6 +68,22 @@ dedup_argument_description(const char *argname, int element)
 }
 
 /*
+ * Raise the error a caller must see, rather than a NULL, when a key
+ * (argument argname of function, or its element number element) is NULL.
+ */
+void
+dedup_check_not_null(const char *function, const char *argname, int element,
+					 bool isnull)
+{
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s of %s must not be null",
+						dedup_argument_description(argname, element), function),
+				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
+}
+
+/*
  * Raise the error a caller must see, rather than a NULL or a silently
  * truncated key, when a key is unusable: argument argname of function, or
  * its element number element (counted from 1; 0 for a plain argument).
@@ -81,13 +97,7 @@ dedup_check_key(const char *function, const char *argname, int element,
 {
 	Size		len;
 
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s of %s must not be null",
-						dedup_argument_description(argname, element), function),
-				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
-
+	dedup_check_not_null(function, argname, element, isnull);
 	len = toast_raw_datum_size(value) - VARHDRSZ;
 	if (len == 0)
 		ereport(ERROR,

@@ -250,6 +250,8 @@ extern void dedup_audit_forget_positions(text *consumer, text *stream,
  * with
  */
 extern char *dedup_argument_description(const char *argname, int element);
+extern void dedup_check_not_null(const char *function, const char *argname,
+								 int element, bool isnull);
 extern void dedup_check_key(const char *function, const char *argname,
 							int element, Datum value, bool isnull,
 							Size max_bytes);

@@ -411,11 +411,14 @@ check_messages(Relation rel, bool before_fingerprint)
 /*
  * stream_positions: the extension's columns, each NOT NULL and without a
  * default (claims by offset write every column themselves), nothing else
- * besides dropped ones, and nothing that those claims would skip.
+ * besides dropped ones, nothing that those claims would skip, and its key.
+ * Returns the key's OID.
  */
-static void
+static Oid
 check_positions(Relation rel)
 {
+	static const AttrNumber key_columns[] = {1, 2, 3};
+	Oid			key;
 	static const struct
 	{
 		const char *name;
@@ -449,6 +452,15 @@ check_positions(Relation rel)
 								quote_identifier(NameStr(att->attname))));
 	}
 	check_direct_writes(rel);
+
+	key = find_index(rel, key_columns, lengthof(key_columns), true);
+	if (OidIsValid(key))
+		return key;
+	shape_error(rel,
+				errdetail("It has no index that claims by offset can use to find a position: a valid unique btree index on (consumer_name, stream, partition), ascending, with the default operator classes and collations, without expressions or predicate, and not deferrable."),
+				errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT stream_positions_pkey PRIMARY KEY (consumer_name, stream, \"partition\").",
+						qualified_name(rel)));
+	return InvalidOid;			/* keep compiler quiet */
 }
 
 /*
@@ -513,7 +525,6 @@ relations_load(DedupRelations *rels)
 	static const AttrNumber messages_time[] = {1, 3};
 	static const AttrNumber consumer_key[] = {1};
 	static const AttrNumber roles_key[] = {1, 2};
-	static const AttrNumber positions_key[] = {1, 2, 3};
 	Relation	rel;
 
 	memset(rels, 0, sizeof(DedupRelations));
@@ -594,13 +605,7 @@ relations_load(DedupRelations *rels)
 	{
 		if ((rel = try_table_open(rels->positions, AccessShareLock)) == NULL)
 			return RELATIONS_GONE;
-		check_positions(rel);
-		rels->positions_key = find_index(rel, positions_key, 3, true);
-		if (!OidIsValid(rels->positions_key))
-			shape_error(rel,
-						errdetail("It has no index that claims by offset can use to find a position: a valid unique btree index on (consumer_name, stream, partition), ascending, with the default operator classes and collations, without expressions or predicate, and not deferrable."),
-						errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT stream_positions_pkey PRIMARY KEY (consumer_name, stream, \"partition\").",
-								qualified_name(rel)));
+		rels->positions_key = check_positions(rel);
 		table_close(rel, AccessShareLock);
 	}
 	return RELATIONS_LOADED;

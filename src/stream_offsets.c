@@ -106,33 +106,23 @@ dedup_positions_open(const char *function, LOCKMODE lockmode,
 /*
  * Raise the error a caller must see, rather than a NULL or a position that
  * can never be claimed, when argument argname of function (or its element
- * number element, from 1) -- an offset or a partition -- is NULL, negative
- * (both count from 0) or greater than maximum.
+ * number element, from 1) -- an offset or a partition -- is NULL, or not
+ * between 0 (both count from 0) and maximum.
  */
 static void
 check_number(const char *function, const char *argname, int element,
 			 bool isnull, int64 value, int64 maximum)
 {
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s of %s must not be null",
-						dedup_argument_description(argname, element), function),
-				 errdetail("A claim is either recorded or a replay; a null offset or partition can be neither.")));
-	if (value < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s of %s must not be negative",
-						dedup_argument_description(argname, element), function),
-				 errdetail("It is %lld.", (long long) value),
-				 errhint("Offsets and partitions count from 0, as in Kafka and RabbitMQ streams.")));
-	if (value > maximum)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s of %s is out of range",
-						dedup_argument_description(argname, element), function),
-				 errdetail("It is %lld; at most %lld is accepted.",
-						   (long long) value, (long long) maximum)));
+	dedup_check_not_null(function, argname, element, isnull);
+	if (value >= 0 && value <= maximum)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("%s of %s is out of range",
+					dedup_argument_description(argname, element), function),
+			 errdetail("It is %lld; from 0 to %lld are accepted.",
+					   (long long) value, (long long) maximum),
+			 errhint("Offsets and partitions count from 0, as in Kafka and RabbitMQ streams.")));
 }
 
 /*
