@@ -261,3 +261,76 @@ REVOKE ALL ON FUNCTION @extschema@.dedup_claim_offsets(text, text, integer, bigi
 REVOKE ALL ON FUNCTION @extschema@.dedup_stream_positions(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_set_stream_position(text, text, integer, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_forget_stream_positions(text, text) FROM PUBLIC;
+
+/*
+ * Observability of ordered streams.  Claims by offset count in their
+ * consumer's counters (dedup_stats), and per consumer and stream in
+ * dedup_stream_counters() (claim_stats.c: its columns are those of
+ * dedup_claim_counters(), then the stream).  dedup_stream_stats shows them
+ * with the positions of each stream; dedup_stream_progress shows each
+ * partition's position and how long ago it last moved: a position that
+ * stops while its partition receives messages is a stuck consumer.  Both
+ * are for monitoring roles (pg_monitor): names and offsets, never a message.
+ */
+CREATE FUNCTION @extschema@.dedup_stream_counters(
+	OUT consumer text, OUT claims bigint, OUT duplicates bigint, OUT lock_waits bigint,
+	OUT serialization_failures bigint, OUT last_claim_at timestamptz,
+	OUT last_duplicate_at timestamptz, OUT counters_since timestamptz,
+	OUT deadlocks bigint, OUT lock_timeouts bigint, OUT cancels bigint, OUT other_errors bigint,
+	OUT total_claim_time double precision, OUT max_claim_time double precision,
+	OUT total_lock_wait_time double precision, OUT stream text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dedup_stream_counters'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE VIEW @extschema@.dedup_stream_progress AS
+	SELECT p.consumer_name AS consumer,
+		   p.stream,
+		   p.partition,
+		   p.committed_offset,
+		   p.committed_offset OPERATOR(pg_catalog.+) 1::pg_catalog.int8 AS next_offset,
+		   p.updated_at,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) p.updated_at AS idle_for
+	  FROM @extschema@.stream_positions p;
+COMMENT ON VIEW @extschema@.dedup_stream_progress IS
+	'dedup: each consumer''s position in each partition of each stream, and how long since it last moved';
+
+CREATE VIEW @extschema@.dedup_stream_stats AS
+	SELECT COALESCE(c.consumer, p.consumer) AS consumer,
+		   COALESCE(c.stream, p.stream) AS stream,
+		   COALESCE(p.partitions, 0::pg_catalog.int8) AS partitions,
+		   c.claims,
+		   c.duplicates AS replays,
+		   c.last_claim_at,
+		   c.last_duplicate_at AS last_replay_at,
+		   p.oldest_update AS least_recent_move_at,
+		   p.latest_update AS most_recent_move_at,
+		   c.lock_waits,
+		   c.serialization_failures,
+		   c.deadlocks,
+		   c.lock_timeouts,
+		   c.cancels,
+		   c.other_errors,
+		   c.total_claim_time,
+		   c.max_claim_time,
+		   c.total_lock_wait_time,
+		   c.counters_since
+	  FROM @extschema@.dedup_stream_counters() c
+	  FULL JOIN (SELECT g.consumer_name AS consumer,
+						g.stream,
+						pg_catalog.count(*) AS partitions,
+						pg_catalog.min(g.updated_at) AS oldest_update,
+						pg_catalog.max(g.updated_at) AS latest_update
+				   FROM @extschema@.stream_positions g
+				  GROUP BY g.consumer_name, g.stream) p
+		ON p.consumer OPERATOR(pg_catalog.=) c.consumer
+	   AND p.stream OPERATOR(pg_catalog.=) c.stream;
+COMMENT ON VIEW @extschema@.dedup_stream_stats IS
+	'dedup: claims by offset and replays skipped per consumer and stream, with its partitions'' positions';
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_stream_counters() FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_stream_progress FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_stream_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_stream_counters() TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_stream_progress TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_stream_stats TO pg_monitor;

@@ -745,7 +745,7 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 			MemoryContextSwitchTo(caller_context);
 			dedup_stats_tally(&tally, dedup_claim_failure(code),
 							  claim_waited(lock_wait_mark), &start);
-			dedup_stats_flush(consumer, &tally);
+			dedup_stats_flush(consumer, NULL, &tally);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
@@ -757,7 +757,7 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 	}
 	claim_writer_end(&writer);
 	table_close(rel, NoLock);
-	dedup_stats_flush(consumer, &tally);
+	dedup_stats_flush(consumer, NULL, &tally);
 }
 
 /*

@@ -32,6 +32,13 @@
 /* Longest payload fingerprint a claim accepts: a SHA-512 digest. */
 #define DEDUP_MAX_FINGERPRINT_BYTES	64
 
+/*
+ * Longest stream name a claim by offset accepts, in bytes: Kafka topic
+ * names have at most 249 characters, RabbitMQ stream names 255 bytes.
+ * Longer names should be hashed by the caller.
+ */
+#define DEDUP_MAX_STREAM_BYTES		256
+
 /* Most message ids one dedup_claim_many() call accepts. */
 #define DEDUP_MAX_BATCH_KEYS		10000
 
@@ -195,7 +202,8 @@ extern DedupClaimOutcome dedup_claim_failure(int sqlerrcode);
 extern void dedup_stats_tally(DedupClaimTally *tally,
 							  DedupClaimOutcome outcome, bool waited,
 							  const instr_time *start);
-extern void dedup_stats_flush(text *consumer, const DedupClaimTally *tally);
+extern void dedup_stats_flush(text *consumer, text *stream,
+							  const DedupClaimTally *tally);
 
 /* sweep.c: the retention rule, finding and deleting expired rows */
 typedef struct DedupSweepTarget

@@ -42,7 +42,8 @@
  *
  * Claims check their arguments and the caller's right to claim for the
  * consumer (dedup_consumer_roles) as dedup_claim does, and are counted
- * with its counters (claim_stats.c): each offset a claim or a duplicate.
+ * with its counters (claim_stats.c), those of the consumer and those of
+ * the consumer's stream: each offset a claim or a duplicate (a replay).
  *
  *-------------------------------------------------------------------------
  */
@@ -271,14 +272,22 @@ position_write(ClaimWriter *writer, const PositionKey *key, int64 offset,
 	return found;
 }
 
+/* Add tally to the counters of key's consumer, and of its stream */
+static void
+count_tally(const PositionKey *key, const DedupClaimTally *tally)
+{
+	dedup_stats_flush(key->consumer, NULL, tally);
+	dedup_stats_flush(key->consumer, key->stream, tally);
+}
+
 /*
- * Add the answers of a claim to its consumer's counters: claimed offsets
- * claimed, replays skipped, in one call that started at start and waited
- * for a lock or not.  The call's time is counted once, so that the mean
- * time of an offset is its share of the call, as for dedup_claim_many.
+ * Count the answers of a claim of key: claimed offsets claimed, replays
+ * skipped, in one call that started at start and waited for a lock or not.
+ * The call's time is counted once, so that the mean time of an offset is
+ * its share of the call, as for dedup_claim_many.
  */
 static void
-count_answers(text *consumer, int claimed, int replays, bool waited,
+count_answers(const PositionKey *key, int claimed, int replays, bool waited,
 			  const instr_time *start)
 {
 	DedupClaimTally tally = {0};
@@ -291,7 +300,7 @@ count_answers(text *consumer, int claimed, int replays, bool waited,
 		return;					/* no counters (not preloaded) */
 	tally.outcomes[DEDUP_CLAIMED] = claimed;
 	tally.outcomes[DEDUP_DUPLICATE] = replays;
-	dedup_stats_flush(consumer, &tally);
+	count_tally(key, &tally);
 }
 
 /*
@@ -346,7 +355,7 @@ position_set(const char *function, const PositionKey *key,
 		{
 			dedup_stats_tally(&tally, dedup_claim_failure(code),
 							  claim_waited(lock_wait_mark), &start);
-			dedup_stats_flush(key->consumer, &tally);
+			count_tally(key, &tally);
 		}
 		PG_RE_THROW();
 	}
@@ -366,7 +375,7 @@ position_set(const char *function, const PositionKey *key,
 			claimed++;
 		}
 	}
-	count_answers(key->consumer, claimed, noffsets - claimed,
+	count_answers(key, claimed, noffsets - claimed,
 				  claim_waited(lock_wait_mark), &start);
 	return found;
 }

@@ -11,13 +11,6 @@
 
 #include "dedup.h"
 
-/*
- * Longest stream name a claim by offset accepts, in bytes: Kafka topic
- * names have at most 249 characters, RabbitMQ stream names 255 bytes.
- * Longer names should be hashed by the caller.
- */
-#define DEDUP_MAX_STREAM_BYTES	256
-
 /* the columns of stream_positions */
 #define POSITION_CONSUMER		1
 #define POSITION_STREAM			2
