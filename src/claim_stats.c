@@ -95,9 +95,15 @@ typedef struct StatsKey
 {
 	Oid			dboid;
 	char		consumer[DEDUP_MAX_CONSUMER_BYTES + 1];
-	/* last: the keys of version 3 and 4 files are the fields before it */
 	char		stream[DEDUP_MAX_STREAM_BYTES + 1];
 } StatsKey;
+
+/* the key of version 3 and 4 files: no stream */
+typedef struct StatsKeyV4
+{
+	Oid			dboid;
+	char		consumer[DEDUP_MAX_CONSUMER_BYTES + 1];
+} StatsKeyV4;
 
 typedef struct StatsCounters
 {
@@ -300,7 +306,6 @@ stats_load(void)
 	int64		count;
 	int64		restored;
 	size_t		counters_size;
-	size_t		key_size;
 
 	file = AllocateFile(STATS_FILE, PG_BINARY_R);
 	if (file == NULL)
@@ -340,17 +345,27 @@ stats_load(void)
 	}
 	else
 		counters_size = offsetof(StatsCounters, last_activity);
-	key_size = header[1] == STATS_FILE_VERSION ?
-		sizeof(StatsKey) : offsetof(StatsKey, stream);
 	for (restored = 0; restored < count; restored++)
 	{
 		StatsKey	key;
+		StatsKeyV4	old_key;
 		StatsCounters counters;
 		StatsEntry *entry;
 
-		memset(&key, 0, sizeof(key));
-		if (fread(&key, key_size, 1, file) != 1 ||
-			fread(&counters, counters_size, 1, file) != 1)
+		if (header[1] == STATS_FILE_VERSION)
+		{
+			if (fread(&key, sizeof(key), 1, file) != 1)
+				goto error;
+		}
+		else
+		{
+			if (fread(&old_key, sizeof(old_key), 1, file) != 1)
+				goto error;
+			key.dboid = old_key.dboid;
+			memcpy(key.consumer, old_key.consumer, sizeof(key.consumer));
+			key.stream[0] = '\0';
+		}
+		if (fread(&counters, counters_size, 1, file) != 1)
 			goto error;
 		key.consumer[DEDUP_MAX_CONSUMER_BYTES] = '\0';
 		key.stream[DEDUP_MAX_STREAM_BYTES] = '\0';
