@@ -36,10 +36,8 @@ my $last = $count - 1;
 
 my $node = PostgreSQL::Test::Cluster->new('streams_rmq');
 $node->init;
-$node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'dedup'
-dedup.sweep_enabled = off
-});
+# preloaded for the counters of dedup_stream_stats
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'");
 $node->start;
 $node->safe_psql(
 	'postgres', q{
