@@ -479,12 +479,15 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 						  Datum message_id, Datum fingerprint,
 						  bool has_fingerprint, bool wait)
 {
-	Datum		values[3] = {consumer, message_id,
-		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())};
-	TupleTableSlot *slot = claim_writer_start(writer, values, lengthof(values));
+	Datum		values[3];
+	TupleTableSlot *slot;
 	ItemPointerData conflict_tid;
 	ClaimOutcome outcome;
 
+	values[0] = consumer;
+	values[1] = message_id;
+	values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	slot = claim_writer_start(writer, values, lengthof(values));
 	if (writer->fingerprint_attnum != 0 && has_fingerprint)
 	{
 		slot->tts_values[writer->fingerprint_attnum - 1] = fingerprint;
