@@ -16,6 +16,8 @@ OBJS = \
 	src/claim.o \
 	src/claim_writer.o \
 	src/claimants.o \
+	src/stream_offsets.o \
+	src/stream_positions.o \
 	src/records.o \
 	src/audit.o \
 	src/sweep.o \
@@ -29,11 +31,12 @@ EXTENSION = dedup
 DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
-REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering claimants retention retention_windows stats consumer_storage
+REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters claim-many try-claim \
-	sweep-lock claimant-map try-claim-arbiters
+	sweep-lock claimant-map try-claim-arbiters \
+	stream-read-committed stream-repeatable-read stream-rebalance
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1

@@ -13,21 +13,11 @@
 /*
  * dedup_retire_consumer: 1.1 called dedup_forget_since(consumer,
  * '-infinity') with an untyped literal, which a dedup_forget_since(text,
- * text) planted beside the real one would have won.  Bound again here.
+ * text) planted beside the real one would have won.  It is bound again
+ * below, once the stream positions it also removes exist.
  */
-CREATE OR REPLACE FUNCTION @extschema@.dedup_retire_consumer(consumer text)
-RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER
-BEGIN ATOMIC
-	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_retire_consumer'::pg_catalog.text);
-	DELETE FROM @extschema@.dedup_retention r
-	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
-	DELETE FROM @extschema@.dedup_consumer_roles r
-	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
-	SELECT @extschema@.dedup_forget_since(consumer, '-infinity'::pg_catalog.timestamptz);
-END;
 
-/* The other bodies that pass literals to the extension's functions. */
+/* The bodies that pass literals to the extension's functions. */
 CREATE OR REPLACE FUNCTION @extschema@.dedup_set_retention(consumer text, retention interval)
 RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER
@@ -172,3 +162,197 @@ CREATE OR REPLACE FUNCTION @extschema@.dedup_consumer_storage(
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dedup_consumer_storage'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+/* --- ordered streams (issue 16) --- */
+
+/*
+ * Where each consumer is in each partition of each ordered stream (a Kafka
+ * topic, a RabbitMQ stream): the last offset it has processed.  For a
+ * consumer that processes a partition in order, that position is the whole
+ * deduplication record: one row per (consumer, stream, partition), however
+ * many messages, and nothing to sweep.  Claims by offset (stream_offsets.c)
+ * move it in place: they change only columns that no index covers, so
+ * every update is a HOT update (the new version on the same page, the old
+ * one pruned when the page is next read) and the table keeps its size;
+ * fillfactor 50 leaves every page the room to do so.  Claims write every
+ * column themselves: no defaults.
+ */
+CREATE TABLE @extschema@.stream_positions (
+	consumer_name text NOT NULL,
+	stream text NOT NULL,
+	partition integer NOT NULL,
+	committed_offset bigint NOT NULL,
+	updated_at timestamptz NOT NULL,
+	CONSTRAINT stream_positions_pkey PRIMARY KEY (consumer_name, stream, partition)
+) WITH (fillfactor = 50);
+COMMENT ON TABLE @extschema@.stream_positions IS
+	'dedup: the last offset each consumer has processed in each partition of each stream (written by dedup_claim_offset)';
+COMMENT ON COLUMN @extschema@.stream_positions.committed_offset IS
+	'last offset processed; -1 after dedup_set_stream_position(..., 0): the partition is read again from its start';
+
+/* user data, kept by pg_dump like the records */
+SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass, ''::pg_catalog.text)
+  FROM pg_catalog.pg_class c
+ WHERE c.relnamespace OPERATOR(pg_catalog.=)
+	   (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup'::pg_catalog.name)
+   AND c.relname OPERATOR(pg_catalog.=) 'stream_positions'::pg_catalog.name;
+
+/*
+ * dedup_claim_offset(consumer, stream, partition, message_offset): true
+ * when message_offset is past the consumer's position in the partition,
+ * which moves to it in this transaction (do the work); false when it is at
+ * or before it (a replay: skip).  Never NULL.  Exactly dedup_claim's
+ * transactional guarantees, claimant check and counters.
+ */
+CREATE FUNCTION @extschema@.dedup_claim_offset(consumer text, stream text,
+											   partition integer, message_offset bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_claim_offset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.dedup_claim_offset(text, text, integer, bigint) IS
+	'dedup: claim a record of an ordered stream by its offset; true = past the position (do it), false = a replay (skip)';
+
+/*
+ * dedup_claim_offsets(consumer, stream, partition, message_offsets): a
+ * poll's records of one partition in one call and one write; element i is
+ * what dedup_claim_offset(message_offsets[i]) would answer after the
+ * elements before it.
+ */
+CREATE FUNCTION @extschema@.dedup_claim_offsets(consumer text, stream text,
+												partition integer, message_offsets bigint[])
+RETURNS boolean[]
+AS 'MODULE_PATHNAME', 'dedup_claim_offsets'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/*
+ * dedup_stream_positions(consumer [, only_stream]): where the consumer is,
+ * and where to seek on assignment (next_offset).  Only reads: a hot standby
+ * answers it.  The same roles may look as may claim for the consumer.
+ */
+CREATE FUNCTION @extschema@.dedup_stream_positions(consumer text,
+												   only_stream text DEFAULT NULL)
+RETURNS TABLE (stream text, partition integer, committed_offset bigint,
+			   next_offset bigint, updated_at timestamptz)
+AS 'MODULE_PATHNAME', 'dedup_stream_positions'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+/*
+ * dedup_set_stream_position(consumer, stream, partition, next_offset):
+ * move a position on purpose, back (replay) or forward (skip a poison
+ * range); returns the previous next_offset (NULL: none).  For operators
+ * only: every call is in the server log.
+ */
+CREATE FUNCTION @extschema@.dedup_set_stream_position(consumer text, stream text,
+													  partition integer, next_offset bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dedup_set_stream_position'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/*
+ * dedup_forget_stream_positions(consumer [, only_stream]): delete the
+ * consumer's positions (in one stream), so that its partitions are claimed
+ * again from any offset; returns how many.  Audited.
+ */
+CREATE FUNCTION @extschema@.dedup_forget_stream_positions(consumer text,
+														  only_stream text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dedup_forget_stream_positions'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/*
+ * dedup_retire_consumer: its positions go with it; every literal typed (see
+ * the top of this script).
+ */
+CREATE OR REPLACE FUNCTION @extschema@.dedup_retire_consumer(consumer text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_valid_consumer(consumer, 'dedup_retire_consumer'::pg_catalog.text);
+	DELETE FROM @extschema@.dedup_retention r
+	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
+	DELETE FROM @extschema@.dedup_consumer_roles r
+	 WHERE r.consumer_name OPERATOR(pg_catalog.=) consumer;
+	SELECT @extschema@.dedup_forget_stream_positions(consumer, NULL::pg_catalog.text);
+	SELECT @extschema@.dedup_forget_since(consumer, '-infinity'::pg_catalog.timestamptz);
+END;
+
+REVOKE ALL ON TABLE @extschema@.stream_positions FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_offset(text, text, integer, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_offsets(text, text, integer, bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_stream_positions(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_set_stream_position(text, text, integer, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_forget_stream_positions(text, text) FROM PUBLIC;
+
+/*
+ * Observability of ordered streams.  Claims by offset count in their
+ * consumer's counters (dedup_stats), and per consumer and stream in
+ * dedup_stream_counters() (claim_stats.c: its columns are those of
+ * dedup_claim_counters(), then the stream).  dedup_stream_stats shows them
+ * with the positions of each stream; dedup_stream_progress shows each
+ * partition's position and how long ago it last moved: a position that
+ * stops while its partition receives messages is a stuck consumer.  Both
+ * are for monitoring roles (pg_monitor): names and offsets, never a message.
+ */
+CREATE FUNCTION @extschema@.dedup_stream_counters(
+	OUT consumer text, OUT claims bigint, OUT duplicates bigint, OUT lock_waits bigint,
+	OUT serialization_failures bigint, OUT last_claim_at timestamptz,
+	OUT last_duplicate_at timestamptz, OUT counters_since timestamptz,
+	OUT deadlocks bigint, OUT lock_timeouts bigint, OUT cancels bigint, OUT other_errors bigint,
+	OUT total_claim_time double precision, OUT max_claim_time double precision,
+	OUT total_lock_wait_time double precision, OUT stream text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dedup_stream_counters'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE VIEW @extschema@.dedup_stream_progress AS
+	SELECT p.consumer_name AS consumer,
+		   p.stream,
+		   p.partition,
+		   p.committed_offset,
+		   p.committed_offset OPERATOR(pg_catalog.+) 1::pg_catalog.int8 AS next_offset,
+		   p.updated_at,
+		   pg_catalog.now() OPERATOR(pg_catalog.-) p.updated_at AS idle_for
+	  FROM @extschema@.stream_positions p;
+COMMENT ON VIEW @extschema@.dedup_stream_progress IS
+	'dedup: each consumer''s position in each partition of each stream, and how long since it last moved';
+
+CREATE VIEW @extschema@.dedup_stream_stats AS
+	SELECT COALESCE(c.consumer, p.consumer) AS consumer,
+		   COALESCE(c.stream, p.stream) AS stream,
+		   COALESCE(p.partitions, 0::pg_catalog.int8) AS partitions,
+		   c.claims,
+		   c.duplicates AS replays,
+		   c.last_claim_at,
+		   c.last_duplicate_at AS last_replay_at,
+		   p.oldest_update AS least_recent_move_at,
+		   p.latest_update AS most_recent_move_at,
+		   c.lock_waits,
+		   c.serialization_failures,
+		   c.deadlocks,
+		   c.lock_timeouts,
+		   c.cancels,
+		   c.other_errors,
+		   c.total_claim_time,
+		   c.max_claim_time,
+		   c.total_lock_wait_time,
+		   c.counters_since
+	  FROM @extschema@.dedup_stream_counters() c
+	  FULL JOIN (SELECT g.consumer_name AS consumer,
+						g.stream,
+						pg_catalog.count(*) AS partitions,
+						pg_catalog.min(g.updated_at) AS oldest_update,
+						pg_catalog.max(g.updated_at) AS latest_update
+				   FROM @extschema@.stream_positions g
+				  GROUP BY g.consumer_name, g.stream) p
+		ON p.consumer OPERATOR(pg_catalog.=) c.consumer
+	   AND p.stream OPERATOR(pg_catalog.=) c.stream;
+COMMENT ON VIEW @extschema@.dedup_stream_stats IS
+	'dedup: claims by offset and replays skipped per consumer and stream, with its partitions'' positions';
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_stream_counters() FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_stream_progress FROM PUBLIC;
+REVOKE ALL ON @extschema@.dedup_stream_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_stream_counters() TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_stream_progress TO pg_monitor;
+GRANT SELECT ON @extschema@.dedup_stream_stats TO pg_monitor;

@@ -2,8 +2,10 @@
  *
  * audit.c
  *	  The audit trail: one server log line (LOG) for every record deleted on
- *	  purpose (dedup_forget, dedup_forget_since, the manual dedup_sweep) and
- *	  for every change of a retention window, whatever made it (the trigger
+ *	  purpose (dedup_forget, dedup_forget_since, the manual dedup_sweep), for
+ *	  every stream position moved or deleted on purpose
+ *	  (dedup_set_stream_position, dedup_forget_stream_positions) and for
+ *	  every change of a retention window, whatever made it (the trigger
  *	  dedup_retention_audit on dedup_retention).
  *
  * Every line begins "dedup audit: role R (session user S)": R is the role
@@ -192,6 +194,54 @@ dedup_audit_sweep(text *consumer, TimestampTz cutoff, uint64 deleted)
 					 deleted, AUDIT_WHO, (unsigned long long) deleted,
 					 text_literal(consumer), timestamptz_to_str(cutoff),
 					 GetTopTransactionId());
+}
+
+/*
+ * dedup_set_stream_position set consumer's position in partition of
+ * stream to next_offset; it was previous (the next offset), or there was
+ * none (had_position false).
+ */
+void
+dedup_audit_stream_position(text *consumer, text *stream, int32 partition,
+							bool had_position, int64 previous,
+							int64 next_offset)
+{
+	if (had_position)
+		audit_log("dedup audit: role %s (session user %s) set the position of consumer %s in partition %d of stream %s to next offset %lld (it was %lld) in transaction %u",
+				  AUDIT_WHO, text_literal(consumer), partition,
+				  text_literal(stream), (long long) next_offset,
+				  (long long) previous, GetTopTransactionId());
+	else
+		audit_log("dedup audit: role %s (session user %s) set the position of consumer %s in partition %d of stream %s to next offset %lld (it was unset) in transaction %u",
+				  AUDIT_WHO, text_literal(consumer), partition,
+				  text_literal(stream), (long long) next_offset,
+				  GetTopTransactionId());
+}
+
+/*
+ * dedup_forget_stream_positions (also through dedup_retire_consumer):
+ * deleted consumer's positions, in stream only (NULL: in every stream).
+ */
+void
+dedup_audit_forget_positions(text *consumer, text *stream, uint64 deleted)
+{
+	if (deleted > 0 && stream != NULL)
+		audit_log_plural("dedup audit: role %s (session user %s) deleted %llu stream position of consumer %s in stream %s in transaction %u",
+						 "dedup audit: role %s (session user %s) deleted %llu stream positions of consumer %s in stream %s in transaction %u",
+						 deleted, AUDIT_WHO, (unsigned long long) deleted,
+						 text_literal(consumer), text_literal(stream),
+						 GetTopTransactionId());
+	else if (deleted > 0)
+		audit_log_plural("dedup audit: role %s (session user %s) deleted %llu stream position of consumer %s in transaction %u",
+						 "dedup audit: role %s (session user %s) deleted %llu stream positions of consumer %s in transaction %u",
+						 deleted, AUDIT_WHO, (unsigned long long) deleted,
+						 text_literal(consumer), GetTopTransactionId());
+	else if (stream != NULL)
+		audit_log("dedup audit: role %s (session user %s) found no stream positions of consumer %s in stream %s to forget",
+				  AUDIT_WHO, text_literal(consumer), text_literal(stream));
+	else
+		audit_log("dedup audit: role %s (session user %s) found no stream positions of consumer %s to forget",
+				  AUDIT_WHO, text_literal(consumer));
 }
 
 /* a window as a line shows it: "forever" (NULL) or an interval literal */

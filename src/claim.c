@@ -6,7 +6,7 @@
  *	  batch of them), optionally with a fingerprint of its payload.
  *
  * This file owns the SQL entry points: their argument checks (shared with
- * records.c), the order in which a batch's keys are claimed, the claimant
+ * records.c and the claims by offset), the order in which a batch's keys are claimed, the claimant
  * check (claimants.c), and reporting each claim's outcome to the counters
  * (claim_stats.c).  The claim itself, INSERT ... ON CONFLICT DO NOTHING
  * done directly on the table found by OID, is claim_writer.c's: it has
@@ -43,6 +43,26 @@ PG_FUNCTION_INFO_V1(dedup_claim_many);
 PG_FUNCTION_INFO_V1(dedup_try_claim);
 
 /*
+ * Raise the error a caller must see, rather than a NULL, when a key
+ * (argument argname of function, or its element number element, counted
+ * from 1; 0 for a plain argument) is NULL.
+ */
+void
+dedup_check_not_null(const char *function, const char *argname, int element,
+					 bool isnull)
+{
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 element > 0 ?
+				 errmsg("element %d of argument \"%s\" of %s must not be null",
+						element, argname, function) :
+				 errmsg("argument \"%s\" of %s must not be null",
+						argname, function),
+				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
+}
+
+/*
  * Raise the error a caller must see, rather than a NULL or a silently
  * truncated key, when a key is unusable: argument argname of function, or
  * its element number element (counted from 1; 0 for a plain argument).
@@ -56,16 +76,7 @@ dedup_check_key(const char *function, const char *argname, int element,
 {
 	Size		len;
 
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 element > 0 ?
-				 errmsg("element %d of argument \"%s\" of %s must not be null",
-						element, argname, function) :
-				 errmsg("argument \"%s\" of %s must not be null",
-						argname, function),
-				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
-
+	dedup_check_not_null(function, argname, element, isnull);
 	len = toast_raw_datum_size(value) - VARHDRSZ;
 	if (len == 0)
 		ereport(ERROR,
@@ -86,18 +97,6 @@ dedup_check_key(const char *function, const char *argname, int element,
 				 errdetail("It is %zu bytes; at most %zu bytes are accepted.",
 						   len, max_bytes),
 				 errhint("Claim a digest of long keys, for example encode(sha256(convert_to(key, 'UTF8')), 'hex').")));
-}
-
-/*
- * Did this backend wait for a lock since get_timeout_start_time() returned
- * mark?  Every lock wait re-arms the deadlock timeout (ProcSleep), so a new
- * start time means it did: for a claim, nearly always for an in-flight claim
- * of the same key.
- */
-static inline bool
-claim_waited(TimestampTz mark)
-{
-	return get_timeout_start_time(DEADLOCK_TIMEOUT) != mark;
 }
 
 /*
@@ -190,8 +189,8 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 			/* count in the caller's context, not the error context */
 			MemoryContextSwitchTo(caller_context);
 			dedup_stats_tally(&tally, dedup_claim_failure(code),
-							  claim_waited(lock_wait_mark), &start);
-			dedup_stats_flush(consumer, &tally);
+							  dedup_claim_waited(lock_wait_mark), &start);
+			dedup_stats_flush(consumer, NULL, &tally);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
@@ -199,11 +198,11 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		if (outcome != CLAIM_IN_PROGRESS)
 			dedup_stats_tally(&tally,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
-							  claim_waited(lock_wait_mark), &start);
+							  dedup_claim_waited(lock_wait_mark), &start);
 	}
 	dedup_claim_writer_end(writer);
 	table_close(rel, NoLock);
-	dedup_stats_flush(consumer, &tally);
+	dedup_stats_flush(consumer, NULL, &tally);
 }
 
 /*

@@ -76,6 +76,7 @@
 
 PG_FUNCTION_INFO_V1(dedup_claim_counters);
 PG_FUNCTION_INFO_V1(dedup_claim_counters_1_1);
+PG_FUNCTION_INFO_V1(dedup_stream_counters);
 PG_FUNCTION_INFO_V1(dedup_counters_status);
 PG_FUNCTION_INFO_V1(dedup_stats_reset);
 
@@ -83,17 +84,30 @@ PG_FUNCTION_INFO_V1(dedup_stats_reset);
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
 #define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
-#define STATS_FILE_VERSION 4
-#define STATS_FILE_VERSION_3 3	/* still read: see stats_load() */
+#define STATS_FILE_VERSION 5
+#define STATS_FILE_VERSION_4 4	/* still read: see stats_load() */
+#define STATS_FILE_VERSION_3 3
 
 /* a full table evicts this share of its entries, at least one */
 #define STATS_EVICT_PERCENT 5
 
+/*
+ * A consumer's counters, or, for claims by offset, those of one stream the
+ * consumer reads (stream not empty) as well
+ */
 typedef struct StatsKey
 {
 	Oid			dboid;
 	char		consumer[DEDUP_MAX_CONSUMER_BYTES + 1];
+	char		stream[DEDUP_MAX_STREAM_BYTES + 1];
 } StatsKey;
+
+/* the key of version 3 and 4 files: no stream */
+typedef struct StatsKeyV4
+{
+	Oid			dboid;
+	char		consumer[DEDUP_MAX_CONSUMER_BYTES + 1];
+} StatsKeyV4;
 
 typedef struct StatsCounters
 {
@@ -143,14 +157,16 @@ typedef struct StatsShared
 static StatsShared *stats_shared = NULL;
 static HTAB *stats_hash = NULL;
 
-/* Only the bytes of the name count: the rest of the key buffer is junk. */
+/* Only the bytes of the names count: the rest of the key buffer is junk. */
 static uint32
 stats_key_hash(const void *key, Size keysize)
 {
 	const StatsKey *k = key;
 
-	return hash_bytes((const unsigned char *) k->consumer,
-					  strlen(k->consumer)) ^ k->dboid;
+	return hash_combine(hash_bytes((const unsigned char *) k->consumer,
+								   strlen(k->consumer)) ^ k->dboid,
+						hash_bytes((const unsigned char *) k->stream,
+								   strlen(k->stream)));
 }
 
 static int
@@ -161,7 +177,8 @@ stats_key_compare(const void *key1, const void *key2, Size keysize)
 
 	if (k1->dboid != k2->dboid)
 		return 1;
-	return strcmp(k1->consumer, k2->consumer);
+	return strcmp(k1->consumer, k2->consumer) != 0 ||
+		strcmp(k1->stream, k2->stream) != 0;
 }
 
 static void *
@@ -172,6 +189,7 @@ stats_key_copy(void *dest, const void *src, Size keysize)
 
 	d->dboid = s->dboid;
 	strlcpy(d->consumer, s->consumer, sizeof(d->consumer));
+	strlcpy(d->stream, s->stream, sizeof(d->stream));
 	return dest;
 }
 
@@ -277,10 +295,11 @@ error:
 /*
  * Read the counters a clean shutdown left, then remove the file; after a
  * crash, or when an older version of dedup wrote it in another format,
- * remove it unread.  A file of version 3 (dedup 1.1) is read too: where
- * version 4 has the number of evicted entries it has a total of claims not
- * counted, which is dropped, and its entries end before last_activity,
- * which starts as their latest time.
+ * remove it unread.  Files of versions 3 and 4 (dedup 1.1 and 1.2 before
+ * streams) are read too: their keys end before stream (none).  Where later
+ * versions have the number of evicted entries, version 3 has a total of
+ * claims not counted, which is dropped, and its entries end before
+ * last_activity, which starts as their latest time.
  */
 static void
 stats_load(void)
@@ -309,14 +328,15 @@ stats_load(void)
 	if (fread(header, sizeof(header), 1, file) != 1)
 		goto error;
 	if (header[0] != STATS_FILE_MAGIC ||
-		(header[1] != STATS_FILE_VERSION && header[1] != STATS_FILE_VERSION_3))
+		(header[1] != STATS_FILE_VERSION && header[1] != STATS_FILE_VERSION_4 &&
+		 header[1] != STATS_FILE_VERSION_3))
 	{
 		ereport(LOG,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("dedup claim counters start from zero: file \"%s\" is in another format",
 						STATS_FILE),
 				 header[0] == STATS_FILE_MAGIC ?
-				 errdetail("Its format version is %u; this version of dedup reads versions %u and %u.",
+				 errdetail("Its format version is %u; this version of dedup reads versions %u to %u.",
 						   header[1], STATS_FILE_VERSION_3, STATS_FILE_VERSION) :
 				 errdetail("It is not a file of dedup claim counters.")));
 		goto out;
@@ -324,7 +344,7 @@ stats_load(void)
 	if (fread(&evicted, sizeof(evicted), 1, file) != 1 ||
 		fread(&count, sizeof(count), 1, file) != 1)
 		goto error;
-	if (header[1] == STATS_FILE_VERSION)
+	if (header[1] != STATS_FILE_VERSION_3)
 	{
 		pg_atomic_write_u64(&stats_shared->evicted, evicted);
 		counters_size = sizeof(StatsCounters);
@@ -334,13 +354,27 @@ stats_load(void)
 	for (restored = 0; restored < count; restored++)
 	{
 		StatsKey	key;
+		StatsKeyV4	old_key;
 		StatsCounters counters;
 		StatsEntry *entry;
 
-		if (fread(&key, sizeof(key), 1, file) != 1 ||
-			fread(&counters, counters_size, 1, file) != 1)
+		if (header[1] == STATS_FILE_VERSION)
+		{
+			if (fread(&key, sizeof(key), 1, file) != 1)
+				goto error;
+		}
+		else
+		{
+			if (fread(&old_key, sizeof(old_key), 1, file) != 1)
+				goto error;
+			key.dboid = old_key.dboid;
+			memcpy(key.consumer, old_key.consumer, sizeof(key.consumer));
+			key.stream[0] = '\0';
+		}
+		if (fread(&counters, counters_size, 1, file) != 1)
 			goto error;
 		key.consumer[DEDUP_MAX_CONSUMER_BYTES] = '\0';
+		key.stream[DEDUP_MAX_STREAM_BYTES] = '\0';
 		if (header[1] == STATS_FILE_VERSION_3)
 			counters.last_activity = Max(counters.since,
 										 Max(counters.last_claim,
@@ -587,13 +621,14 @@ dedup_stats_tally(DedupClaimTally *tally, DedupClaimOutcome outcome,
 }
 
 /*
- * Add *tally to the counters of consumer (in the current database), under
- * the table's lock and the entry's spinlock, once for all the claims of a
- * call.  A consumer that finds the table full (dedup.max_consumers) evicts
- * the least used entries to get one.
+ * Add *tally to the counters of consumer (in the current database) --
+ * with stream, to those of consumer's claims by offset in that stream --
+ * under the table's lock and the entry's spinlock, once for all the claims
+ * of a call.  A consumer that finds the table full (dedup.max_consumers)
+ * evicts the least used entries to get one.
  */
 void
-dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
+dedup_stats_flush(text *consumer, text *stream, const DedupClaimTally *tally)
 {
 	StatsKey	key;
 	StatsEntry *entry;
@@ -611,6 +646,9 @@ dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
 
 	key.dboid = MyDatabaseId;
 	text_to_cstring_buffer(consumer, key.consumer, sizeof(key.consumer));
+	key.stream[0] = '\0';
+	if (stream != NULL)
+		text_to_cstring_buffer(stream, key.stream, sizeof(key.stream));
 
 	LWLockAcquire(stats_shared->lock, LW_SHARED);
 	entry = hash_search(stats_hash, &key, HASH_FIND, NULL);
@@ -663,22 +701,26 @@ dedup_stats_flush(text *consumer, const DedupClaimTally *tally)
 /*
  * The versions of dedup_claim_counters()'s SQL definition, and the number of
  * columns of each: 1.0 (dedup_claim_counters), 1.1 (dedup_claim_counters_1_1:
- * deadlocks and the other error classes apart, times).
+ * deadlocks and the other error classes apart, times); and the counters of
+ * claims by offset per stream (dedup_stream_counters, 1.2): the columns of
+ * 1.1, then the stream.
  */
 typedef enum CountersVersion
 {
 	COUNTERS_V1_0,
-	COUNTERS_V1_1
+	COUNTERS_V1_1,
+	COUNTERS_STREAMS
 } CountersVersion;
 
-#define COUNTERS_COLS_V1_0	8
-#define COUNTERS_COLS_V1_1	15
-#define COUNTERS_COLS		15	/* the most of any version */
+static const int counters_cols[] = {8, 15, 16};
+
+#define COUNTERS_COLS		16	/* the most of any version */
 
 /*
  * dedup_claim_counters() RETURNS SETOF record: the counters of every
  * consumer of the current database, in the columns of version of the SQL
- * definition.  No rows when not preloaded.  1.0 counted deadlocks as
+ * definition (COUNTERS_STREAMS: of every consumer and stream it claims by
+ * offset in).  No rows when not preloaded.  1.0 counted deadlocks as
  * serialization failures, and still sees them so.
  */
 static void
@@ -689,8 +731,7 @@ claim_counters(FunctionCallInfo fcinfo, CountersVersion version)
 	StatsEntry *entry;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (rsinfo->setDesc->natts !=
-		(version == COUNTERS_V1_0 ? COUNTERS_COLS_V1_0 : COUNTERS_COLS_V1_1))
+	if (rsinfo->setDesc->natts != counters_cols[version])
 		elog(ERROR, "incorrect number of output arguments");
 	if (stats_hash == NULL)
 		return;
@@ -703,7 +744,8 @@ claim_counters(FunctionCallInfo fcinfo, CountersVersion version)
 		bool		nulls[COUNTERS_COLS] = {0};
 		StatsCounters c;
 
-		if (entry->key.dboid != MyDatabaseId)
+		if (entry->key.dboid != MyDatabaseId ||
+			(entry->key.stream[0] != '\0') != (version == COUNTERS_STREAMS))
 			continue;
 		SpinLockAcquire(&entry->mutex);
 		c = entry->counters;
@@ -730,6 +772,8 @@ claim_counters(FunctionCallInfo fcinfo, CountersVersion version)
 			values[13] = Float8GetDatum(c.max_claim_time);
 			values[14] = Float8GetDatum(c.lock_wait_time);
 		}
+		if (version == COUNTERS_STREAMS)
+			values[15] = CStringGetTextDatum(entry->key.stream);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(stats_shared->lock);
@@ -751,11 +795,20 @@ dedup_claim_counters_1_1(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* dedup_stream_counters(): those of 1.1, then the stream */
+Datum
+dedup_stream_counters(PG_FUNCTION_ARGS)
+{
+	claim_counters(fcinfo, COUNTERS_STREAMS);
+	return (Datum) 0;
+}
+
 /*
  * dedup_stats_reset(consumer text DEFAULT NULL) RETURNS void
  *
- * Forget the counters of one consumer of the current database, or of all
- * of them and the number of evicted entries (which is not per database).
+ * Forget the counters of one consumer of the current database (those of
+ * its streams too), or of all of them and the number of evicted entries
+ * (which is not per database).
  */
 Datum
 dedup_stats_reset(PG_FUNCTION_ARGS)

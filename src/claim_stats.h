@@ -10,6 +10,7 @@
 #define DEDUP_CLAIM_STATS_H
 
 #include "portability/instr_time.h"
+#include "utils/timeout.h"
 
 typedef enum DedupClaimOutcome
 {
@@ -45,6 +46,19 @@ extern DedupClaimOutcome dedup_claim_failure(int sqlerrcode);
 extern void dedup_stats_tally(DedupClaimTally *tally,
 							  DedupClaimOutcome outcome, bool waited,
 							  const instr_time *start);
-extern void dedup_stats_flush(text *consumer, const DedupClaimTally *tally);
+extern void dedup_stats_flush(text *consumer, text *stream,
+							  const DedupClaimTally *tally);
+
+/*
+ * Did this backend wait for a lock since get_timeout_start_time() returned
+ * mark (for DEADLOCK_TIMEOUT)?  Every lock wait re-arms the deadlock
+ * timeout (ProcSleep), so a new start time means it did: for a claim,
+ * nearly always for an in-flight claim of the same key.
+ */
+static inline bool
+dedup_claim_waited(TimestampTz mark)
+{
+	return get_timeout_start_time(DEADLOCK_TIMEOUT) != mark;
+}
 
 #endif							/* DEDUP_CLAIM_STATS_H */

@@ -21,6 +21,11 @@
  * is made as a dirty read of each arbiter index, and a claim of the same
  * key in progress elsewhere is an answer instead of a wait.
  *
+ * The claims by offset (stream_offsets.c) use the same insertion into
+ * stream_positions, as INSERT ... ON CONFLICT DO UPDATE ... WHERE: a row
+ * with the key is locked, as that statement locks it, and replaced if the
+ * caller's test (the WHERE) says so (dedup_claim_writer_upsert).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -45,20 +50,21 @@
 
 /*
  * What claims of one call share: the executor state and the slots of the
- * speculative insertion into processed_messages (rel, opened by the caller
- * with RowExclusiveLock).  Allocated in the executor state's memory.
+ * speculative insertion into processed_messages or stream_positions (rel,
+ * opened by the caller with RowExclusiveLock).  Allocated in the executor
+ * state's memory.
  */
 struct ClaimWriter
 {
 	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *result_rel;
-	Relation	key_index;		/* the (consumer_name, message_id) key */
+	Relation	key_index;		/* the table's key */
 	List	   *indexes;		/* OIDs of all the table's indexes */
 	bool		all_indexes_open;	/* or only the key, so far */
 	int			natts;			/* its attributes, dropped ones included */
 	AttrNumber	fingerprint_attnum; /* 0 before 1.1 (no fingerprint column) */
-	TupleTableSlot *slot;		/* the claim being inserted */
+	TupleTableSlot *slot;		/* the row being inserted */
 	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
 	MemoryContext caller_context;
 };
@@ -86,15 +92,35 @@ same_key(ClaimWriter *writer, TupleTableSlot *slot)
 }
 
 /*
+ * With REPEATABLE READ or SERIALIZABLE, a row that a claim conflicts with
+ * (in slot) and that this transaction's snapshot cannot see was committed
+ * after the snapshot was taken: answering from it would act on data the
+ * transaction must not see, so raise a serialization failure, as ON
+ * CONFLICT does (nodeModifyTable.c, ExecCheckTIDVisible and
+ * ExecCheckTupleVisible).  A row this transaction wrote itself is an answer
+ * however the snapshot sees it.
+ */
+static void
+claim_check_visible(ClaimWriter *writer, TupleTableSlot *slot)
+{
+	bool		isnull;
+
+	if (IsolationUsesXactSnapshot() &&
+		!table_tuple_satisfies_snapshot(writer->rel, slot,
+										writer->estate->es_snapshot) &&
+		!TransactionIdIsCurrentTransactionId(
+			DatumGetTransactionId(slot_getsysattr(slot,
+												  MinTransactionIdAttributeNumber,
+												  &isnull))))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update")));
+}
+
+/*
  * A claim found the row conflict_tid with its key: decide that it is a
- * duplicate, or raise the error that it is not.
- *
- * With REPEATABLE READ or SERIALIZABLE, a conflicting row that this
- * transaction's snapshot cannot see was committed after the snapshot was
- * taken: answering "duplicate" would act on data the transaction must not
- * see, so raise a serialization failure, as ON CONFLICT DO NOTHING does
- * (nodeModifyTable.c, ExecCheckTIDVisible).  A row this transaction
- * inserted itself is a duplicate however the snapshot sees it.
+ * duplicate, or raise the error that it is not: a serialization failure
+ * (claim_check_visible), or a reused message id.
  *
  * With a fingerprint, a row of the same key recorded with a different one
  * means that the producer reused the message id for another message: an
@@ -115,16 +141,7 @@ claim_check_conflict(ClaimWriter *writer, ItemPointer conflict_tid,
 	if (!table_tuple_fetch_row_version(writer->rel, conflict_tid, SnapshotAny,
 									   slot))
 		elog(ERROR, "failed to fetch conflicting claim");
-	if (IsolationUsesXactSnapshot() &&
-		!table_tuple_satisfies_snapshot(writer->rel, slot,
-										writer->estate->es_snapshot) &&
-		!TransactionIdIsCurrentTransactionId(
-			DatumGetTransactionId(slot_getsysattr(slot,
-												  MinTransactionIdAttributeNumber,
-												  &isnull))))
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to concurrent update")));
+	claim_check_visible(writer, slot);
 	if (has_fingerprint && writer->fingerprint_attnum != 0 &&
 		same_key(writer, slot))
 	{
@@ -190,9 +207,10 @@ claim_writer_open_other_indexes(ClaimWriter *writer)
 
 /*
  * Get ready to claim into processed_messages (rel), whose key is index
- * key_index and whose fingerprint column is fingerprint_attnum (0: none).
- * Each claim is then one dedup_claim_writer_insert() call; the caller ends
- * with dedup_claim_writer_end(), or an error.
+ * key_index and whose fingerprint column is fingerprint_attnum (0: none),
+ * or into stream_positions (fingerprint_attnum 0).  Each claim is then one
+ * dedup_claim_writer_insert() (or dedup_claim_writer_upsert()) call; the
+ * caller ends with dedup_claim_writer_end(), or an error.
  */
 ClaimWriter *
 dedup_claim_writer_begin(Relation rel, Oid key_index,
@@ -361,10 +379,38 @@ claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
 }
 
 /*
- * Insert (consumer, message_id, now(), fingerprint) into processed_messages
- * unless the key is there already, and say what happened: the speculative
- * insertion protocol of ExecInsert for ON CONFLICT DO NOTHING with every
- * unique index as arbiter.
+ * Start a row to write: in the per-tuple context, its first nvalues
+ * attributes values, NULL in every other one (dropped ones, a missing
+ * fingerprint).  The caller may set more, then stores it
+ * (ExecStoreVirtualTuple), writes it, and ends with claim_writer_finish().
+ */
+static TupleTableSlot *
+claim_writer_start(ClaimWriter *writer, const Datum *values, int nvalues)
+{
+	TupleTableSlot *slot = writer->slot;
+
+	Assert(nvalues <= writer->natts);
+	MemoryContextSwitchTo(GetPerTupleMemoryContext(writer->estate));
+	ExecClearTuple(slot);
+	memset(slot->tts_isnull, true, writer->natts * sizeof(bool));
+	memcpy(slot->tts_values, values, nvalues * sizeof(Datum));
+	memset(slot->tts_isnull, false, nvalues * sizeof(bool));
+	return slot;
+}
+
+/* Back to the caller's context, freeing what the row needed. */
+static void
+claim_writer_finish(ClaimWriter *writer)
+{
+	ExecClearTuple(writer->slot);
+	MemoryContextSwitchTo(writer->caller_context);
+	ResetPerTupleExprContext(writer->estate);
+}
+
+/*
+ * Insert the row in the writer's slot unless a row with its key is there
+ * already, and say what happened: the speculative insertion protocol of
+ * ExecInsert for ON CONFLICT with every unique index as arbiter.
  *
  * First look for a conflicting row: with wait, as ON CONFLICT does,
  * waiting for an in-progress inserter of the same key to finish; without,
@@ -372,36 +418,18 @@ claim_probe(ClaimWriter *writer, ItemPointer conflict_tid)
  * tuple speculatively, under a speculative insertion lock, and then its
  * index entries; if a concurrent claim of the same key got into the unique
  * index first, the tuple is killed ("super-deleted") and the whole thing
- * starts again, now finding the other claim as a conflict.  What one key
- * needs is allocated in the per-tuple context, reset afterwards.
+ * starts again, now finding the other claim as a conflict, whose TID is
+ * returned in *conflict_tid with CLAIM_DUPLICATE.
  */
-ClaimOutcome
-dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
-						  Datum message_id, Datum fingerprint,
-						  bool has_fingerprint, bool wait)
+static ClaimOutcome
+claim_writer_put(ClaimWriter *writer, bool wait, ItemPointer conflict_tid)
 {
 	EState	   *estate = writer->estate;
 	TupleTableSlot *slot = writer->slot;
 	ClaimOutcome outcome;
 
-	MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-	ExecClearTuple(slot);
-	/* NULL in every other attribute: dropped ones, a missing fingerprint */
-	memset(slot->tts_isnull, true, writer->natts * sizeof(bool));
-	slot->tts_values[0] = consumer;
-	slot->tts_values[1] = message_id;
-	slot->tts_values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	memset(slot->tts_isnull, false, 3 * sizeof(bool));
-	if (writer->fingerprint_attnum != 0 && has_fingerprint)
-	{
-		slot->tts_values[writer->fingerprint_attnum - 1] = fingerprint;
-		slot->tts_isnull[writer->fingerprint_attnum - 1] = false;
-	}
-	ExecStoreVirtualTuple(slot);
-
 	for (;;)
 	{
-		ItemPointerData conflict_tid;
 		TransactionId xid;
 		uint32		token;
 		bool		spec_conflict = false;
@@ -410,15 +438,12 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 		CHECK_FOR_INTERRUPTS();
 		if (wait)
 			outcome = dedup_check_index_constraints(writer->result_rel, slot,
-													estate, &conflict_tid) ?
+													estate, conflict_tid) ?
 				CLAIM_CLAIMED : CLAIM_DUPLICATE;
 		else
-			outcome = claim_probe(writer, &conflict_tid);
-		if (outcome == CLAIM_DUPLICATE)
-			claim_check_conflict(writer, &conflict_tid, fingerprint,
-								 has_fingerprint);
+			outcome = claim_probe(writer, conflict_tid);
 		if (outcome != CLAIM_CLAIMED)
-			break;
+			return outcome;
 
 		/*
 		 * Only a claim that writes needs the other indexes, a transaction ID
@@ -439,11 +464,143 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 		SpeculativeInsertionLockRelease(xid);
 		list_free(recheck);
 		if (!spec_conflict)
-			break;
+			return CLAIM_CLAIMED;
 	}
+}
 
-	ExecClearTuple(slot);
-	MemoryContextSwitchTo(writer->caller_context);
-	ResetPerTupleExprContext(estate);
+/*
+ * Insert (consumer, message_id, now(), fingerprint) into processed_messages
+ * unless the key is there already (claim_writer_put), and say what
+ * happened; a duplicate is checked (claim_check_conflict).  What one key
+ * needs is allocated in the per-tuple context, reset afterwards.
+ */
+ClaimOutcome
+dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
+						  Datum message_id, Datum fingerprint,
+						  bool has_fingerprint, bool wait)
+{
+	Datum		values[3];
+	TupleTableSlot *slot;
+	ItemPointerData conflict_tid;
+	ClaimOutcome outcome;
+
+	values[0] = consumer;
+	values[1] = message_id;
+	values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	slot = claim_writer_start(writer, values, lengthof(values));
+	if (writer->fingerprint_attnum != 0 && has_fingerprint)
+	{
+		slot->tts_values[writer->fingerprint_attnum - 1] = fingerprint;
+		slot->tts_isnull[writer->fingerprint_attnum - 1] = false;
+	}
+	ExecStoreVirtualTuple(slot);
+
+	outcome = claim_writer_put(writer, wait, &conflict_tid);
+	if (outcome == CLAIM_DUPLICATE)
+		claim_check_conflict(writer, &conflict_tid, fingerprint,
+							 has_fingerprint);
+	claim_writer_finish(writer);
 	return outcome;
+}
+
+/*
+ * Replace the locked row tid by the one in the writer's slot, as an UPDATE
+ * would: HOT when no indexed column changes and the page has room, else
+ * with new index entries.
+ */
+static void
+claim_writer_update(ClaimWriter *writer, ItemPointer tid)
+{
+	DedupUpdateIndexes update_indexes;
+
+	/* what an UPDATE checks: a publication may need the row's identity */
+	CheckCmdReplicaIdentity(writer->rel, CMD_UPDATE);
+	simple_table_tuple_update(writer->rel, tid, writer->slot,
+							  writer->estate->es_snapshot, &update_indexes);
+	if (!dedup_update_needs_indexes(update_indexes))
+		return;
+	if (!writer->all_indexes_open)
+		(void) claim_writer_open_other_indexes(writer);
+	list_free(dedup_insert_update_index_tuples(writer->result_rel,
+											   writer->slot, writer->estate,
+											   update_indexes));
+}
+
+/*
+ * INSERT ... ON CONFLICT DO UPDATE ... WHERE test: insert the row whose
+ * first nvalues attributes are values (every other one NULL) unless a row
+ * with its key is there already; if one is, lock its latest version (as
+ * SELECT ... FOR NO KEY UPDATE, to the end of the transaction, whatever
+ * test answers), and replace it by the new row if test(existing, arg)
+ * says so.  Returns whether a row with the key was there.
+ *
+ * As for ON CONFLICT: a concurrent inserter or updater of the row is
+ * waited for; in READ COMMITTED, the row is then looked for again, and
+ * its latest version decided on; with REPEATABLE READ or SERIALIZABLE, a
+ * version the transaction's snapshot cannot see is a serialization
+ * failure, never a wrong answer.  What one call needs is allocated in the
+ * per-tuple context, reset afterwards.
+ */
+bool
+dedup_claim_writer_upsert(ClaimWriter *writer, const Datum *values,
+						  int nvalues, ClaimUpdateTest test, void *arg)
+{
+	EState	   *estate = writer->estate;
+	TupleTableSlot *existing = writer->conflict_slot;
+	bool		found = false;
+
+	ExecStoreVirtualTuple(claim_writer_start(writer, values, nvalues));
+	for (;;)
+	{
+		ItemPointerData tid;
+		TM_FailureData tmfd;
+		TM_Result	result;
+		bool		isnull;
+
+		if (claim_writer_put(writer, true, &tid) == CLAIM_CLAIMED)
+			break;
+
+		/* the row exists: lock its latest version, as ON CONFLICT does */
+		estate->es_output_cid = GetCurrentCommandId(true);
+		result = table_tuple_lock(writer->rel, &tid, estate->es_snapshot,
+								  existing, estate->es_output_cid,
+								  LockTupleNoKeyExclusive, LockWaitBlock, 0,
+								  &tmfd);
+		if (result == TM_Invisible &&
+			TransactionIdIsCurrentTransactionId(
+				DatumGetTransactionId(slot_getsysattr(existing,
+													  MinTransactionIdAttributeNumber,
+													  &isnull))))
+		{
+			/*
+			 * This statement wrote the row itself (it inserted the key
+			 * before, in the same command): make that visible, and again.
+			 */
+			ExecClearTuple(existing);
+			CommandCounterIncrement();
+			continue;
+		}
+		if (result == TM_Updated || result == TM_Deleted)
+		{
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			/* READ COMMITTED: look for the row again, from the index */
+			ExecClearTuple(existing);
+			continue;
+		}
+		if (result != TM_Ok)
+			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
+
+		/* locked: a version this transaction must not see is no answer */
+		claim_check_visible(writer, existing);
+		found = true;
+		if (test(existing, arg))
+			claim_writer_update(writer, &existing->tts_tid);
+		ExecClearTuple(existing);
+		break;
+	}
+	claim_writer_finish(writer);
+	return found;
 }

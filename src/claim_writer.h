@@ -2,7 +2,8 @@
  *
  * claim_writer.h
  *	  The claim itself, ON CONFLICT DO NOTHING's speculative insertion into
- *	  processed_messages (claim_writer.c).
+ *	  processed_messages, and ON CONFLICT DO UPDATE's into stream_positions
+ *	  (claim_writer.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -10,6 +11,7 @@
 #define DEDUP_CLAIM_WRITER_H
 
 #include "access/attnum.h"
+#include "executor/tuptable.h"
 #include "utils/relcache.h"
 
 /* What a claim of one key found; the order of dedup_claim_status's labels */
@@ -22,6 +24,12 @@ typedef enum ClaimOutcome
 
 typedef struct ClaimWriter ClaimWriter;
 
+/*
+ * ON CONFLICT DO UPDATE's WHERE: whether to replace existing, the locked
+ * row with the key of the new one, by the new one; arg is the caller's.
+ */
+typedef bool (*ClaimUpdateTest) (TupleTableSlot *existing, void *arg);
+
 extern ClaimWriter *dedup_claim_writer_begin(Relation rel, Oid key_index,
 											 AttrNumber fingerprint_attnum);
 extern ClaimOutcome dedup_claim_writer_insert(ClaimWriter *writer,
@@ -30,6 +38,9 @@ extern ClaimOutcome dedup_claim_writer_insert(ClaimWriter *writer,
 											  Datum fingerprint,
 											  bool has_fingerprint,
 											  bool wait);
+extern bool dedup_claim_writer_upsert(ClaimWriter *writer,
+									  const Datum *values, int nvalues,
+									  ClaimUpdateTest test, void *arg);
 extern void dedup_claim_writer_end(ClaimWriter *writer);
 
 #endif							/* DEDUP_CLAIM_WRITER_H */

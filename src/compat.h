@@ -10,6 +10,7 @@
 #ifndef DEDUP_COMPAT_H
 #define DEDUP_COMPAT_H
 
+#include "access/tableam.h"
 #include "utils/wait_event.h"
 
 /* dedup.c's module magic block: 18 records the library's name and version */
@@ -55,6 +56,29 @@
 #define dedup_insert_index_tuples(result_rel, slot, estate, spec_conflict) \
 	ExecInsertIndexTuples((result_rel), (slot), (estate), false, true, \
 						  (spec_conflict), NIL)
+#endif
+
+/*
+ * Which index entries the new version of an updated row needs, as
+ * simple_table_tuple_update answers (16 tells updates that need entries in
+ * the summarizing indexes only from those that need them in every index),
+ * and inserting them: the entries of a non-HOT update.  Not flagged as an
+ * update (indexUnchanged false): that only hints the index AM that the key
+ * is unchanged, and finding out needs a range table.
+ */
+#if PG_VERSION_NUM >= 160000
+typedef TU_UpdateIndexes DedupUpdateIndexes;
+#define dedup_update_needs_indexes(update_indexes) \
+	((update_indexes) != TU_None)
+#define dedup_insert_update_index_tuples(result_rel, slot, estate, update_indexes) \
+	ExecInsertIndexTuples((result_rel), (slot), (estate), false, false, NULL, \
+						  NIL, (update_indexes) == TU_Summarizing)
+#else
+typedef bool DedupUpdateIndexes;
+#define dedup_update_needs_indexes(update_indexes) (update_indexes)
+#define dedup_insert_update_index_tuples(result_rel, slot, estate, update_indexes) \
+	ExecInsertIndexTuples((result_rel), (slot), (estate), false, false, NULL, \
+						  NIL)
 #endif
 
 /* a privilege check on a schema (16 made it one for every kind of object) */

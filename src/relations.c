@@ -64,7 +64,7 @@ relations_invalidate(Datum arg, Oid relid)
 		return;
 	if (relid == InvalidOid ||
 		relid == cached.messages || relid == cached.retention ||
-		relid == cached.consumer_roles)
+		relid == cached.consumer_roles || relid == cached.positions)
 		cached_valid = false;
 }
 
@@ -313,6 +313,52 @@ find_index(Relation rel, const AttrNumber *attnums, int natts, bool unique)
 }
 
 /*
+ * Nothing on rel that the claims, forgets and sweeps, which write the table
+ * directly, would not fire, apply or check: triggers (foreign keys among
+ * them), rules, CHECK constraints, row security.
+ */
+static void
+check_direct_writes(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (rel->trigdesc != NULL)
+	{
+		Trigger    *trigger = &rel->trigdesc->triggers[0];
+
+		if (OidIsValid(trigger->tgconstraint))
+			shape_error(rel,
+						errdetail("Constraint \"%s\", a foreign key or constraint trigger, has triggers on it that claims, forgets and sweeps would not fire.",
+								  get_constraint_name(trigger->tgconstraint)),
+						errhint("Drop constraint \"%s\" from the table that has it.",
+								get_constraint_name(trigger->tgconstraint)));
+		shape_error(rel,
+					errdetail("It has trigger \"%s\", which claims, forgets and sweeps would not fire.",
+							  trigger->tgname),
+					errhint("Drop it with DROP TRIGGER %s ON %s.",
+							quote_identifier(trigger->tgname),
+							qualified_name(rel)));
+	}
+	if (rel->rd_rules != NULL)
+		shape_error(rel,
+					errdetail("It has a rule, which claims, forgets and sweeps would not apply."),
+					errhint("Drop each of its rules with DROP RULE ... ON %s.",
+							qualified_name(rel)));
+	if (desc->constr != NULL && desc->constr->num_check > 0)
+		shape_error(rel,
+					errdetail("It has CHECK constraint \"%s\", which claims would not check.",
+							  desc->constr->check[0].ccname),
+					errhint("Drop it with ALTER TABLE %s DROP CONSTRAINT %s.",
+							qualified_name(rel),
+							quote_identifier(desc->constr->check[0].ccname)));
+	if (rel->rd_rel->relrowsecurity)
+		shape_error(rel,
+					errdetail("Row security is enabled on it, and claims, forgets and sweeps would not apply its policies."),
+					errhint("Disable it with ALTER TABLE %s DISABLE ROW LEVEL SECURITY.",
+							qualified_name(rel)));
+}
+
+/*
  * processed_messages: the extension's columns and nothing else besides
  * dropped ones, and nothing that a claim, a forget or a sweep, which write
  * the table directly, would not fire, check or apply.  Returns the attribute
@@ -358,41 +404,63 @@ check_messages(Relation rel, bool before_fingerprint)
 	if (fingerprint != 0)
 		check_column_fill(rel, fingerprint, "fingerprint", false, false);
 
-	if (rel->trigdesc != NULL)
-	{
-		Trigger    *trigger = &rel->trigdesc->triggers[0];
-
-		if (OidIsValid(trigger->tgconstraint))
-			shape_error(rel,
-						errdetail("Constraint \"%s\", a foreign key or constraint trigger, has triggers on it that claims, forgets and sweeps would not fire.",
-								  get_constraint_name(trigger->tgconstraint)),
-						errhint("Drop constraint \"%s\" from the table that has it.",
-								get_constraint_name(trigger->tgconstraint)));
-		shape_error(rel,
-					errdetail("It has trigger \"%s\", which claims, forgets and sweeps would not fire.",
-							  trigger->tgname),
-					errhint("Drop it with DROP TRIGGER %s ON %s.",
-							quote_identifier(trigger->tgname),
-							qualified_name(rel)));
-	}
-	if (rel->rd_rules != NULL)
-		shape_error(rel,
-					errdetail("It has a rule, which claims, forgets and sweeps would not apply."),
-					errhint("Drop each of its rules with DROP RULE ... ON %s.",
-							qualified_name(rel)));
-	if (desc->constr != NULL && desc->constr->num_check > 0)
-		shape_error(rel,
-					errdetail("It has CHECK constraint \"%s\", which claims would not check.",
-							  desc->constr->check[0].ccname),
-					errhint("Drop it with ALTER TABLE %s DROP CONSTRAINT %s.",
-							qualified_name(rel),
-							quote_identifier(desc->constr->check[0].ccname)));
-	if (rel->rd_rel->relrowsecurity)
-		shape_error(rel,
-					errdetail("Row security is enabled on it, and claims, forgets and sweeps would not apply its policies."),
-					errhint("Disable it with ALTER TABLE %s DISABLE ROW LEVEL SECURITY.",
-							qualified_name(rel)));
+	check_direct_writes(rel);
 	return fingerprint;
+}
+
+/*
+ * stream_positions: the extension's columns, each NOT NULL and without a
+ * default (claims by offset write every column themselves), nothing else
+ * besides dropped ones, nothing that those claims would skip, and its key.
+ * Returns the key's OID.
+ */
+static Oid
+check_positions(Relation rel)
+{
+	static const AttrNumber key_columns[] = {1, 2, 3};
+	Oid			key;
+	static const struct
+	{
+		const char *name;
+		Oid			type;
+	}			columns[] =
+	{
+		{"consumer_name", TEXTOID},
+		{"stream", TEXTOID},
+		{"partition", INT4OID},
+		{"committed_offset", INT8OID},
+		{"updated_at", TIMESTAMPTZOID},
+	};
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	check_table(rel);
+	for (int i = 0; i < lengthof(columns); i++)
+	{
+		check_column(rel, i + 1, columns[i].name, columns[i].type);
+		check_column_fill(rel, i + 1, columns[i].name, true, false);
+	}
+	for (AttrNumber attnum = lengthof(columns) + 1; attnum <= desc->natts; attnum++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, attnum - 1);
+
+		if (!att->attisdropped)
+			shape_error(rel,
+						errdetail("It has a column \"%s\" that the extension did not create, which claims would leave empty.",
+								  NameStr(att->attname)),
+						errhint("Drop it with ALTER TABLE %s DROP COLUMN %s.",
+								qualified_name(rel),
+								quote_identifier(NameStr(att->attname))));
+	}
+	check_direct_writes(rel);
+
+	key = find_index(rel, key_columns, lengthof(key_columns), true);
+	if (OidIsValid(key))
+		return key;
+	shape_error(rel,
+				errdetail("It has no index that claims by offset can use to find a position: a valid unique btree index on (consumer_name, stream, partition), ascending, with the default operator classes and collations, without expressions or predicate, and not deferrable."),
+				errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT stream_positions_pkey PRIMARY KEY (consumer_name, stream, \"partition\").",
+						qualified_name(rel)));
+	return InvalidOid;			/* keep compiler quiet */
 }
 
 /*
@@ -478,6 +546,9 @@ relations_load(DedupRelations *rels)
 	/* dedup_consumer_roles exists from version 1.1 on, as fingerprint */
 	rels->consumer_roles = member_table(rels->extension, rels->schema,
 										"dedup_consumer_roles");
+	/* and stream_positions from 1.2 on */
+	rels->positions = member_table(rels->extension, rels->schema,
+								   "stream_positions");
 
 	/*
 	 * Each table is locked before it is looked at.  DROP EXTENSION may hold
@@ -527,6 +598,14 @@ relations_load(DedupRelations *rels)
 						errdetail("It has no index that claims can use to find a consumer's roles: a valid unique btree index on (consumer_name, claimant), ascending, with the default operator classes and collations, without expressions or predicate, and not deferrable."),
 						errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT dedup_consumer_roles_pkey PRIMARY KEY (consumer_name, claimant).",
 								qualified_name(rel)));
+		table_close(rel, AccessShareLock);
+	}
+
+	if (OidIsValid(rels->positions))
+	{
+		if ((rel = try_table_open(rels->positions, AccessShareLock)) == NULL)
+			return RELATIONS_GONE;
+		rels->positions_key = check_positions(rel);
 		table_close(rel, AccessShareLock);
 	}
 	return RELATIONS_LOADED;
@@ -585,6 +664,8 @@ table_oid(const DedupRelations *rels, DedupTable table)
 			return rels->retention;
 		case DEDUP_CONSUMER_ROLES:
 			return rels->consumer_roles;
+		case DEDUP_STREAM_POSITIONS:
+			return rels->positions;
 	}
 	return InvalidOid;
 }
@@ -594,8 +675,8 @@ table_oid(const DedupRelations *rels, DedupTable table)
  * since dedup_relations() was last called (the extension was dropped, and
  * perhaps created again, and taking the lock has just told us), look the
  * tables up again, once.  *rels is set to the lookup that was used.  Returns
- * NULL when the table does not exist (dedup_consumer_roles before 1.1), or
- * dedup is not installed and missing_ok.
+ * NULL when the table does not exist (dedup_consumer_roles before 1.1,
+ * stream_positions before 1.2), or dedup is not installed and missing_ok.
  */
 Relation
 dedup_table_open(DedupTable table, LOCKMODE lockmode, bool missing_ok,
@@ -624,7 +705,8 @@ dedup_table_open(DedupTable table, LOCKMODE lockmode, bool missing_ok,
 /*
  * Set up *key to compare key column attno of index (one of the extension's
  * btree indexes, on text and timestamptz columns) with value by strategy,
- * in the column's collation, as the index orders it.
+ * in the column's collation, as the index orders it (the int4 columns
+ * have none).
  */
 void
 dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
@@ -639,6 +721,7 @@ dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
 	{
 		{TEXTOID, BTEqualStrategyNumber, F_TEXTEQ},
 		{TEXTOID, BTGreaterStrategyNumber, F_TEXT_GT},
+		{INT4OID, BTEqualStrategyNumber, F_INT4EQ},
 		{TIMESTAMPTZOID, BTLessStrategyNumber, F_TIMESTAMPTZ_LT},
 		{TIMESTAMPTZOID, BTGreaterEqualStrategyNumber, F_TIMESTAMPTZ_GE},
 		{TIMESTAMPTZOID, BTGreaterStrategyNumber, F_TIMESTAMPTZ_GT},

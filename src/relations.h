@@ -27,13 +27,16 @@ typedef struct DedupRelations
 	Oid			retention_key;	/* its (consumer_name) key */
 	Oid			consumer_roles; /* dedup_consumer_roles (1.1), or invalid */
 	Oid			consumer_roles_key; /* its (consumer_name, claimant) key */
+	Oid			positions;		/* stream_positions (1.2), or invalid */
+	Oid			positions_key;	/* its (consumer_name, stream, partition) key */
 } DedupRelations;
 
 typedef enum DedupTable
 {
 	DEDUP_MESSAGES,
 	DEDUP_RETENTION,
-	DEDUP_CONSUMER_ROLES
+	DEDUP_CONSUMER_ROLES,
+	DEDUP_STREAM_POSITIONS
 } DedupTable;
 
 extern const DedupRelations *dedup_relations(bool missing_ok);

@@ -17,6 +17,8 @@
 #   5          redis.sh    Redis SET NX EX, without persistence and with AOF
 #   8, 9       sweep.sh    sweep scaling, claims during a sweep
 #   10         growth.sh   bytes per claim, claims with many rows stored
+#   11         streams.sh  claims by offset: batches vs dedup_claim_many and Redis,
+#                          storage after BENCH_STREAM_CLAIMS claims
 #   lib.sh: measuring and bookkeeping; report.py: the table, results.csv/.json
 #
 # Absolute numbers on a shared machine mean little; compare ratios.  Exits
@@ -38,6 +40,7 @@
 #   BENCH_SWEEP_DELAY      dedup.sweep_batch_delay of row 9b, in ms (10)
 #   BENCH_GROWTH_SMALL, BENCH_GROWTH_LARGE   rows stored in row 10 (100000,
 #                          2000000; the issue's full run: 20000000)
+#   BENCH_STREAM_CLAIMS    claims by offset of row 11c (10000000)
 #   BENCH_OUT              result directory (/tmp/dedup-bench.DATE-TIME)
 set -euo pipefail
 set -E
@@ -57,10 +60,12 @@ if [ "$BENCH_SMOKE" = 1 ]; then
 	BENCH_SECONDS=1 BENCH_ROUNDS=1
 	: "${BENCH_SWEEP_SIZES:=20000,40000}" "${BENCH_DURING_ROWS:=20000}"
 	: "${BENCH_GROWTH_SMALL:=10000}" "${BENCH_GROWTH_LARGE:=50000}"
+	: "${BENCH_STREAM_CLAIMS:=20000}"
 fi
 : "${BENCH_SWEEP_SIZES:=500000,1000000}" "${BENCH_SWEEP_ROUNDS:=1}" "${BENCH_DURING_ROWS:=}"
 : "${BENCH_DURING_MAX:=8000000}" "${BENCH_SWEEP_DELAY:=10}" "${BENCH_DURING_SECONDS:=3}"
 : "${BENCH_GROWTH_SMALL:=100000}" "${BENCH_GROWTH_LARGE:=2000000}"
+: "${BENCH_STREAM_CLAIMS:=10000000}"
 : "${BENCH_OUT:=/tmp/dedup-bench.$(date +%Y%m%d-%H%M%S)}"
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,6 +81,7 @@ fi
 . "$BENCH_DIR/redis.sh"
 . "$BENCH_DIR/sweep.sh"
 . "$BENCH_DIR/growth.sh"
+. "$BENCH_DIR/streams.sh"
 
 mkdir -p "$BENCH_OUT"
 BENCH_WORK=$(mktemp -d /tmp/dedup-bench-work.XXXXXX)
@@ -103,13 +109,14 @@ bench_redis
 bench_sweep
 bench_sweep_during
 bench_growth
+bench_streams
 
 python3 "$BENCH_DIR/report.py" "$BENCH_OUT" \
 	"mode=$([ "$BENCH_SMOKE" = 1 ] && echo smoke || echo full)" \
 	"seconds_per_run=$BENCH_SECONDS" "rounds=$BENCH_ROUNDS" "clients=$BENCH_CLIENTS" \
 	"redis_pipeline=$BENCH_REDIS_PIPELINE" "sweep_sizes=$BENCH_SWEEP_SIZES" \
 	"sweep_rounds=$BENCH_SWEEP_ROUNDS" "growth_small=$BENCH_GROWTH_SMALL" \
-	"growth_large=$BENCH_GROWTH_LARGE" "server=$(psql_v 'SELECT version()')" \
+	"growth_large=$BENCH_GROWTH_LARGE" "stream_claims=$BENCH_STREAM_CLAIMS" "server=$(psql_v 'SELECT version()')" \
 	"redis=$(redis-server --version 2>/dev/null | awk '{ print $3 }')" \
 	"cpus=$(nproc)" "date=$(date -Is)" "elapsed_s=$(($(date +%s) - started))"
 echo
