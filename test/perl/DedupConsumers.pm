@@ -19,9 +19,9 @@
 #   read_json_lines($file)           its JSON lines, as hashes
 #
 # A group of consumers of one test:
-#   DedupConsumers->new(python => P, dir => DIR, broker => B,
-#                       host => PGHOST, port => PGPORT, db => DB
-#                       [, node => NODE (for check_exactly_once)])
+#   DedupConsumers->new(python => P, dir => DIR, broker => B, db => DB,
+#                       node => NODE (the server, and check_exactly_once's),
+#                       [host => PGHOST, port => PGPORT (default: NODE's)])
 #   $c->control($name)               a new control directory DIR/$name
 #   signal($control, 'go'|'stop'|...)
 #                                    create that file in it (exported)
@@ -156,7 +156,10 @@ sub signal
 sub new
 {
 	my ($class, %opt) = @_;
-	return bless { %opt, logs => {} }, $class;
+	my $self = bless { %opt, logs => {} }, $class;
+	$self->{host} //= $self->{node}->host;
+	$self->{port} //= $self->{node}->port;
+	return $self;
 }
 
 sub control
