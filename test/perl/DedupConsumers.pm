@@ -157,8 +157,11 @@ sub new
 {
 	my ($class, %opt) = @_;
 	my $self = bless { %opt, logs => {} }, $class;
-	$self->{host} //= $self->{node}->host;
-	$self->{port} //= $self->{node}->port;
+	if ($self->{node})
+	{
+		$self->{host} //= $self->{node}->host;
+		$self->{port} //= $self->{node}->port;
+	}
 	return $self;
 }
 
