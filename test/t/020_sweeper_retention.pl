@@ -203,9 +203,7 @@ note('4b. dedup.sweep_enabled = off stops sweeping, on resumes it');
 $node->set_config('dedup.sweep_enabled', 'off', 'off');
 $node->wait_sweeping_stopped('db1');
 my $stopped_at = $node->safe_psql('db1', 'SELECT last_sweep_start FROM dedup_sweeper');
-$node->safe_psql('db1', qq{
-INSERT INTO processed_messages
-SELECT 'e', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 5) i});
+$node->add_expired('db1', 'e', 6);
 my $offset = -s $node->logfile;
 my $woken = $node->safe_psql('db1', 'SELECT clock_timestamp()');
 $node->safe_psql('db1', 'SELECT dedup_sweeper_wake()');

@@ -244,9 +244,7 @@ note('4. rows locked by another transaction: skipped, not waited for');
 # Claims never lock the rows a sweep deletes, but anyone may lock them with
 # SELECT ... FOR UPDATE.  The sweep neither waits for such a lock nor calls it
 # an error: the sweep ends 'partial' and the next one deletes the rows.
-$node->safe_psql('db1', qq{
-INSERT INTO processed_messages
-SELECT 'locked', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
+$node->add_expired('db1', 'locked', 4);
 my $locker = $node->background_psql('db1');
 $locker->query_safe(q{BEGIN; SELECT message_id FROM processed_messages
   WHERE consumer_name = 'locked' AND message_id = 'm3' FOR UPDATE});

@@ -43,9 +43,7 @@ like($e, qr/relation "dedup_sweeper" does not exist/,
 	'noext: no extension, no view');
 
 # db2: no wake-up, no setting: the schedule sweeps it
-$node->safe_psql('db2', qq{
-INSERT INTO processed_messages
-SELECT 'z', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
+$node->add_expired('db2', 'z', 4);
 ok($node->poll_query_until('db2', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'z'", '2'),
 	'db2 is swept on schedule like db1');
 is($node->safe_psql('db2', 'SELECT database_state, total_rows_deleted >= 2 FROM dedup_sweeper'),
@@ -65,12 +63,8 @@ $node->set_config('dedup.databases', 'db1', 'db1');
 ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (settle 1)');
 ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (settle 2: the launcher has seen dedup.databases)');
 $offset = -s $node->logfile;
-$node->safe_psql('db1', qq{
-INSERT INTO processed_messages
-SELECT 'only', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
-$node->safe_psql('db2', qq{
-INSERT INTO processed_messages
-SELECT 'only', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
+$node->add_expired('db1', 'only', 4);
+$node->add_expired('db2', 'only', 4);
 $node->safe_psql('db2', 'SELECT dedup_sweeper_wake()');
 ok($node->poll_query_until('db1', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'only'", '2'),
 	'dedup.databases = db1: db1 is swept');
@@ -112,9 +106,7 @@ unlike($node->log_since($offset), qr/WARNING|ERROR|FATAL/,
 	'no warning or error in the log since the DROP');
 
 $node->safe_psql('db2', 'CREATE EXTENSION dedup');
-$node->safe_psql('db2', qq{
-INSERT INTO processed_messages
-SELECT 'back', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
+$node->add_expired('db2', 'back', 4);
 ok($node->poll_query_until('db2', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'back'", '2'),
 	'after CREATE EXTENSION, db2 is swept again (no wake-up needed)');
 is($node->safe_psql('db2', 'SELECT database_state FROM dedup_sweeper'), 'active', 'db2 view: active');
@@ -131,9 +123,7 @@ ok($node->wait_sweeper_starts($before_create, 'db1', 2),
 	'db1 swept twice while CREATE EXTENSION in db2 was not committed');
 $migration->query_safe('COMMIT');
 $migration->quit;
-$node->safe_psql('db2', qq{
-INSERT INTO processed_messages
-SELECT 'tx', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
+$node->add_expired('db2', 'tx', 4);
 note('sweepers started in db2 while CREATE EXTENSION was not committed yet: '
 	  . $node->sweeper_starts($before_create, 'db2'));
 # give the launcher three passes over the databases
@@ -163,9 +153,7 @@ GRANT SELECT ON dedup_retention TO sweeper, nodelete;
 });
 }
 $node->set_config('dedup.sweep_role', 'sweeper', 'sweeper');
-$node->safe_psql('db1', qq{
-INSERT INTO processed_messages
-SELECT 'batch-role', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 9) i});
+$node->add_expired('db1', 'batch-role', 10);
 
 # Wait for the end of a sweep, whatever its outcome.  Twice: the second
 # sweeper was certainly started after the postmaster had the new setting.
@@ -187,9 +175,7 @@ $node->set_config('dedup.databases', 'db1', 'db1');
 $node->set_config('dedup.sweep_role', 'nodelete', 'nodelete');
 my $since = $node->safe_psql('db1', 'SELECT clock_timestamp()');
 $offset = -s $node->logfile;
-$node->safe_psql('db1', qq{
-INSERT INTO processed_messages
-SELECT 'denied', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 9) i});
+$node->add_expired('db1', 'denied', 10);
 $node->safe_psql('db1', 'SELECT dedup_sweeper_wake()');
 ok( $node->poll_query_until(
 		'db1', qq{
