@@ -49,6 +49,7 @@ ok($node->poll_query_until('db2', "SELECT count(*) FROM processed_messages WHERE
 is($node->safe_psql('db2', 'SELECT database_state, total_rows_deleted >= 2 FROM dedup_sweeper'),
 	'active|t', 'db2 view: active, rows deleted');
 
+ok($node->wait_sweeper_starts(0, 'noext', 1), 'noext has been probed');
 $offset = -s $node->logfile;
 ok($node->wait_sweeper_starts($offset, 'db1', 4)
 	  && $node->wait_sweeper_starts($offset, 'db2', 4),
@@ -81,6 +82,8 @@ ok($node->poll_query_until('db2', "SELECT count(*) FROM processed_messages WHERE
 
 # A new launcher probes every database once, and so does dropping a database
 # from dedup.databases and adding it back; nothing else makes it look again.
+ok($node->wait_sweeper_starts(0, 'noext', 2),
+	'noext is probed again once dedup.databases is reset');
 $node->restart;
 ok($node->wait_sweeper_starts(0, 'noext', 3), 'the new launcher probes noext');
 $offset = -s $node->logfile;
