@@ -46,8 +46,8 @@ my $expired = "processed_at < $L - interval '1 hour'";
 # Long sweeps: 200000 expired claims deleted 5 at a time, with a 1 ms pause
 # between batches, take about 40000 transactions and at least 40 s, longer
 # than DROP DATABASE waits for other sessions to leave (5 s) and than the
-# lock_timeout of DROP EXTENSION below: if the sweeper did not step aside,
-# those would fail.  (Without the pause, a fast machine deleted more than
+# lock_timeout of DROP EXTENSION below (10 s, a batch with room for a busy
+# machine): if the sweeper did not step aside, those would fail.  (Without the pause, a fast machine deleted more than
 # half of them before the checks below could look.)
 $node->set_config('dedup.sweep_batch_size', '5', '5');
 $node->set_config('dedup.sweep_batch_delay', '1ms', '1ms');
@@ -161,7 +161,7 @@ my $dropext_offset;
 		'dropext', qq{
 SELECT count(*) FROM pg_stat_activity WHERE pid = $sweeper;
 SELECT count(*) > 100000 FROM processed_messages;
-SET lock_timeout = '2s';
+SET lock_timeout = '10s';
 DROP EXTENSION dedup;
 });
 	my $elapsed = time - $t0;
