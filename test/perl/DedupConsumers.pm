@@ -16,15 +16,16 @@
 #                                    accounts, and "applied" (a row per
 #                                    application of a message, no unique
 #                                    key) with @columns added
-#   read_json_lines($file)           its JSON lines, as hashes
-#
-# A group of consumers of one test:
-#   DedupConsumers->new(python => P, dir => DIR, broker => B, db => DB,
-#                       node => NODE (the server, and check_exactly_once's),
-#                       [host => PGHOST, port => PGPORT (default: NODE's)])
-#   $c->control($name)               a new control directory DIR/$name
 #   signal($control, 'go'|'stop'|...)
-#                                    create that file in it (exported)
+#                                    create that file in a control
+#                                    directory: the consumers watch it
+#
+# The consumers of one test (methods):
+#   DedupConsumers->new(python => P, dir => DIR, broker => B, db => DB,
+#                       node => NODE, or host => PGHOST, port => PGPORT)
+#                                    NODE's server unless host and port say
+#                                    otherwise; check_exactly_once needs NODE
+#   $c->control($name)               a new control directory DIR/$name
 #   $c->start($worker, $queue, $behaviour, $control, @options)
 #                                    a consumer (see the script) in the
 #                                    background, killed at exit; returns its
@@ -71,8 +72,7 @@ use Test::More;
 
 use DedupProcess;
 
-our @EXPORT = qw(run_helper payments balances consumer_tables_sql
-  read_json_lines signal);
+our @EXPORT = qw(run_helper payments balances consumer_tables_sql signal);
 
 my @harnesses;    # started consumers, killed at exit
 
@@ -130,6 +130,7 @@ sub consumer_tables_sql
 	  . 'CREATE TABLE applied (' . join(', ', @columns) . ");\n";
 }
 
+# the JSON lines of a consumer's log, as hashes
 sub read_json_lines
 {
 	my ($file) = @_;
