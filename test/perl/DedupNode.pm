@@ -67,6 +67,13 @@
 #   $node->wait_sweep_after($db, $since)
 #                       as sweep(), for a sweep started after $since (a
 #                       clock_timestamp() of the server)
+#   $node->watch_sweep($db, $query, $before)
+#                       run $before (SQL, may be empty), wake the launcher and
+#                       watch from inside the server, for what is too short
+#                       for a poll: ($since, the wake-up's clock_timestamp(),
+#                       and the first column of $query once it returns a
+#                       row, '' if a sweep of $db that started after $since
+#                       ended first)
 #   $node->wait_sweeping_stopped($db)
 #                       ok() once no sweep of $db has started for 2.5 s
 #   $node->launcher_pid
@@ -237,6 +244,39 @@ sub sweep_until
 		return 1 if $got eq $outcome;
 	}
 	return 0;
+}
+
+sub watch_sweep
+{
+	my ($self, $db, $query, $before) = @_;
+	my $timeout = $PostgreSQL::Test::Utils::timeout_default;
+	my $out = $self->safe_psql(
+		$db, qq{
+CREATE FUNCTION pg_temp.watch(since timestamptz) RETURNS text
+LANGUAGE plpgsql AS \$\$
+DECLARE
+	deadline timestamptz := clock_timestamp() + interval '$timeout s';
+	seen text;
+BEGIN
+	WHILE clock_timestamp() < deadline LOOP
+		PERFORM pg_stat_clear_snapshot();
+		EXECUTE \$q\$ $query \$q\$ INTO seen;
+		IF seen IS NOT NULL THEN
+			RETURN seen;
+		END IF;
+		IF EXISTS (SELECT FROM dedup_sweeper
+					WHERE last_sweep_start > since AND sweeper_pid IS NULL
+					  AND last_sweep_end >= last_sweep_start) THEN
+			RETURN '';
+		END IF;
+	END LOOP;
+	RETURN '';
+END \$\$;
+$before;
+SELECT clock_timestamp() AS since, dedup_sweeper_wake() AS woken \\gset
+SELECT :'since', pg_temp.watch(:'since');
+});
+	return split /\|/, $out, 2;
 }
 
 sub wait_sweeping_stopped

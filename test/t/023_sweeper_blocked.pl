@@ -51,21 +51,17 @@ note('1. the sweep runs as dedup.sweep_role');
 $node->set_config('dedup.sweep_role',       'ops',   'ops');
 $node->set_config('dedup.sweep_batch_size', '10',    '10');
 $node->set_config('dedup.sweep_batch_delay', '10ms', '10ms');
-# 640 batches with a pause between them: a sweep of several seconds
-$node->safe_psql('dbb', qq{
+# 640 batches with a pause between them: a sweep of several seconds,
+# watched from inside the server
+my (undef, $bootstrap) = $node->watch_sweep(
+	'dbb', q{
+SELECT (usesysid = 10)::text FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'
+   AND query = 'dedup sweep as role "ops": deleting expired claims'}, qq{
 INSERT INTO processed_messages
 SELECT 'slow', 'm' || i, $L - i * interval '1 second' FROM generate_series(0, 10000) i});
-$node->safe_psql('dbb', 'SELECT dedup_sweeper_wake()');
-ok( $node->poll_query_until(
-		'dbb', q{
-SELECT count(*) = 1 FROM pg_stat_activity
- WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'
-   AND query = 'dedup sweep as role "ops": deleting expired claims'}),
-	'pg_stat_activity shows the sweeper deleting as role "ops"');
-is( $node->safe_psql('dbb', q{
-SELECT usesysid = 10 FROM pg_stat_activity
- WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'}),
-	't', '... while its session user is the bootstrap superuser');
+isnt($bootstrap, '', 'pg_stat_activity shows the sweeper deleting as role "ops"');
+is($bootstrap, 'true', '... while its session user is the bootstrap superuser');
 ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'slow'}, '3601'),
 	'the slow sweep, as "ops", deletes every expired claim');
 # (polled: the next sweep may have begun already)
