@@ -17,6 +17,8 @@
 #   $b->publish($queue, \@messages, @options)
 #                            persistent, confirmed copies of the messages
 #                            ({message_id, ...}): how many were published
+#   $b->publish_ok($queue, \@messages, $name, @options)
+#                            is() they all were
 #   $b->declare_retry($queue, $delay_ms)
 #                            $queue, $queue.delay, $queue.dlq (see the
 #                            script): true once declared
@@ -163,6 +165,13 @@ sub publish
 	write_file($file, encode_json($messages));
 	my $r = $self->helper('produce', $queue, $file, @options);
 	return $r ? $r->{published} : -1;
+}
+
+sub publish_ok
+{
+	my ($self, $queue, $messages, $name, @options) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return is($self->publish($queue, $messages, @options), scalar(@$messages), $name);
 }
 
 sub declare_retry

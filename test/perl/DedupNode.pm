@@ -107,7 +107,8 @@ use parent 'PostgreSQL::Test::Cluster';
 
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time usleep);
+
+use DedupProcess qw(wait_until);
 
 use constant LATEST_CLAIM => q{'2024-06-01 12:00:00+00'::timestamptz};
 
@@ -158,14 +159,12 @@ sub set_config
 sub poll_value
 {
 	my ($self, $db, $query) = @_;
-	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (time < $deadline)
-	{
-		my ($ret, $out) = $self->psql($db, $query);
-		return $out if $ret == 0 && $out ne '';
-		usleep(100_000);
-	}
-	return undef;
+	my ($ret, $out);
+	return wait_until(
+		sub {
+			($ret, $out) = $self->psql($db, $query);
+			return $ret == 0 && $out ne '';
+		}) ? $out : undef;
 }
 
 sub psql_verbose
@@ -237,13 +236,7 @@ sub sweep
 sub sweep_until
 {
 	my ($self, $db, $outcome) = @_;
-	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (time < $deadline)
-	{
-		my $got = $self->sweep($db) // return 0;
-		return 1 if $got eq $outcome;
-	}
-	return 0;
+	return wait_until(sub { ($self->sweep($db) // '') eq $outcome });
 }
 
 sub watch_sweep
@@ -323,13 +316,7 @@ sub log_count
 sub wait_log_count
 {
 	my ($self, $offset, $re, $n) = @_;
-	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (time < $deadline)
-	{
-		return 1 if $self->log_count($offset, $re) >= $n;
-		usleep(100_000);
-	}
-	return 0;
+	return wait_until(sub { $self->log_count($offset, $re) >= $n });
 }
 
 sub sweeper_start_re

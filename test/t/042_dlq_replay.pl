@@ -69,14 +69,6 @@ my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
 
 my (%balance, %kind);
 
-sub publish
-{
-	my ($label, @messages) = @_;
-	is($broker->publish($queue, \@messages, '--declared'),
-		scalar(@messages), "$label: " . scalar(@messages) . ' messages published');
-	return;
-}
-
 sub count_action
 {
 	my ($action) = @_;
@@ -126,7 +118,7 @@ my @h = map {
 # phase A: retries 1 s apart, the DLQ
 # ---------------------------------------------------------------------------
 
-publish('phase A', @a);
+$broker->publish_ok($queue, \@a, 'phase A: 100 messages published', '--declared');
 ok(settled(90, 10), 'phase A: 90 acked, 10 parked in orders.dlq, nothing in orders or orders.delay');
 
 sub of_kind
@@ -219,7 +211,7 @@ ok( $node->poll_query_until(
 	"phase C: $window s passed since the latest claim");
 my @c = map { { message_id => sprintf('t-%04d', $_), account => 1, amount => 1 } } 1 .. 20;
 $balance{1} += 20;
-publish('phase C', @c);
+$broker->publish_ok($queue, \@c, 'phase C: 20 messages published', '--declared');
 ok(settled(120, 0), 'phase C: 20 new messages acked');
 ($spread) = split /\|/, $node->safe_psql($db,
 	q{SELECT extract(epoch FROM max(processed_at) - min(processed_at))::numeric(8,1) FROM processed_messages WHERE message_id LIKE 't-%'});
@@ -230,7 +222,8 @@ is($node->safe_psql($db, q{SELECT count(*) FILTER (WHERE message_id LIKE 'o-%') 
 
 my @late = (grep { $kind{ $_->{message_id} } eq 'plain' } @a)[ 0 .. 4 ];
 $balance{ $_->{account} } += $_->{amount} for @late;
-publish('phase C, a late replay of 5 messages of phase A', @late);
+$broker->publish_ok($queue, \@late,
+	'phase C, a late replay of 5 messages of phase A: 5 messages published', '--declared');
 ok(settled(125, 0), 'phase C: the late replay acked');
 load_applied();
 my %late = map { $_->{message_id} => 1 } @late;
