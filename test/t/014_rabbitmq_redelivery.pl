@@ -89,6 +89,7 @@ is($producer_duplicates, 10, 'the producer publishes 10 messages twice');
 my $expected_balance = balances(@messages);
 $broker->publish_ok($queue, \@copies,
 	'producer: 210 persistent copies published and confirmed');
+is($broker->depth($queue), scalar(@copies), 'the queue holds the 210 copies');
 
 # ---------------------------------------------------------------------------
 # consumers
