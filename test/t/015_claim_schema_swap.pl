@@ -60,12 +60,17 @@ GRANT ALL ON ALL TABLES IN SCHEMA trap TO PUBLIC;
 });
 
 # pgbench: warm backends claiming unqualified, whichever schema is called
-# "app" at the moment first on the search_path, plus maintenance calls
+# "app" at the moment first on the search_path, plus maintenance calls.
+# "app" comes twice: a backend resolves the names of its path one by one,
+# and may see a swap commit between two of them (one name from its cache,
+# the next read after the commit); with app, app_real, app, the real schema
+# is on the path whichever names it saw before the commit and which after,
+# so that a client never fails to find dedup_claim at all.
 my $script = $node->basedir . '/claim.sql';
 PostgreSQL::Test::Utils::append_to_file(
 	$script, q{
 \set n random(1, 1000000000)
-SET search_path = app, app_real, trap_parked;
+SET search_path = app, app_real, app, trap_parked;
 SELECT dedup_claim('svc', 'c' || :client_id || '-' || :n);
 SELECT dedup_set_retention('svc', '7 days');
 SELECT dedup_sweep('svc');
