@@ -243,10 +243,15 @@ note('4. rows locked by another transaction: skipped, not waited for');
 # Claims never lock the rows a sweep deletes, but anyone may lock them with
 # SELECT ... FOR UPDATE.  The sweep neither waits for such a lock nor calls it
 # an error: the sweep ends 'partial' and the next one deletes the rows.
+# (kept forever until the row is locked, so that no sweep deletes it before)
+$node->safe_psql('db1', q{SELECT dedup_keep_forever('locked')});
 $node->add_expired('db1', 'locked', 4);
 my $locker = $node->background_psql('db1');
-$locker->query_safe(q{BEGIN; SELECT message_id FROM processed_messages
-  WHERE consumer_name = 'locked' AND message_id = 'm3' FOR UPDATE});
+is( $locker->query_safe(
+		q{BEGIN; SELECT message_id FROM processed_messages
+  WHERE consumer_name = 'locked' AND message_id = 'm3' FOR UPDATE}),
+	'm3', 'another session locks an expired claim');
+$node->safe_psql('db1', q{SELECT dedup_reset_retention('locked')});
 $offset = -s $node->logfile;
 my $locked_since = $node->safe_psql('db1', 'SELECT clock_timestamp()');
 ok($node->sweep_until('db1', 'partial'), 'a sweep that meets a locked row ends partial');
