@@ -62,6 +62,6 @@ SQL
 demo=$CLUSTER_DIR/demo
 mkdir -p "$demo/perl"
 cp "$top/test/demo_broker.pl" "$top/test/rabbitmq_consumer.py" "$demo/"
-cp "$top/test/perl/DedupTest.pm" "$demo/perl/"
+cp "$top"/test/perl/*.pm "$demo/perl/"
 [ "$(id -u)" -eq 0 ] && chown -R postgres: "$demo"
 as_pg perl "$demo/demo_broker.pl"

@@ -11,15 +11,14 @@
 use strict;
 use warnings;
 
-use File::Path qw(make_path);
 use File::Temp qw(tempdir);
 use FindBin;
 use lib "$FindBin::Bin/perl";
-use DedupTest;
+use DedupBroker;
+use DedupConsumers;
+use DedupTools;
 use IPC::Run;
-use JSON::PP;
 
-my $timeout = 60;
 my $python = find_python('pika', 'psycopg2')
   or die "python3-pika and python3-psycopg2 are needed (test/setup.sh)\n";
 my $tmp = tempdir('dedup-demo.XXXXXX', TMPDIR => 1, CLEANUP => 1);
@@ -36,16 +35,15 @@ sub psql
 }
 
 print "== starting a private RabbitMQ node\n";
-my $rmq = start_rabbitmq(dir => "$tmp/rabbitmq", python => $python,
-	timeout => $timeout, nowait => 1);
-die "$rmq->{error}\n" if $rmq->{error};
+my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
+die "$broker->{error}\n" if $broker->{error};
 psql(q{
 CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
 INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
 CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
                       redelivered boolean NOT NULL, attempt text NOT NULL);
 });
-die "$rmq->{error}\n" unless wait_rabbitmq($rmq)->{ready};
+die "$broker->{error}\n" unless $broker->wait_ready;
 
 my (@messages, @copies);
 for my $i (1 .. 200)
@@ -55,50 +53,30 @@ for my $i (1 .. 200)
 	push @copies, $m;
 	push @copies, $m if $i % 20 == 0;    # a producer retry: the same message id
 }
-open(my $fh, '>', "$tmp/messages.json") or die;
-print $fh encode_json(\@copies);
-close($fh);
-my ($rc, $out, $err) = run_helper($python, $timeout, 'produce', $rmq->{amqp_port}, 'payments', "$tmp/messages.json");
-die "produce: $err" if $rc;
+die "produce failed\n" unless $broker->publish('payments', \@copies) == @copies;
 printf "== published %d messages (%d copies), consumers crashing and redelivering\n",
   scalar(@messages), scalar(@copies);
 
-my %logs;
-my $control = "$tmp/control";
-make_path($control);
-open($fh, '>', "$control/go") or die;
-close($fh);
-
-sub consumer
-{
-	my ($worker, $behaviour) = @_;
-	$logs{$worker} = "$tmp/$worker.log";
-	return start_consumer($python, $logs{$worker}, 'consume', $rmq->{amqp_port},
-		'payments', $ENV{PGHOST}, $ENV{PGPORT} // 5432, $ENV{PGDATABASE} // 'postgres',
-		$worker, $behaviour, $control);
-}
+my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
+	broker => $broker, host => $ENV{PGHOST}, port => $ENV{PGPORT} // 5432,
+	db => $ENV{PGDATABASE} // 'postgres');
+my $control = $consumers->control('control');
+signal($control, 'go');
 my $crashes = 0;
 for ([ 'crash-after-commit', 'die-after-commit' ], [ 'crash-before-commit', 'die-before-commit' ])
 {
-	my ($code) = stop_consumers(consumer(@$_));
+	my $code = $consumers->run($_->[0], 'payments', $_->[1], $control);
 	$crashes++ if $code == 3 || $code == 4;
 }
-my @h = (consumer('nacker', 'nack'), consumer('steady', 'steady'));
-sub deliveries { return grep { ($_->{event} // '') eq 'delivery' } map { read_json_lines($_) } values %logs; }
-wait_until(
-	$timeout,
-	sub {
-		return 0 if (grep { $_->{action} eq 'ack' } deliveries()) < @copies;
-		my ($rc, $out) = run_helper($python, $timeout, 'depth', $rmq->{amqp_port}, 'payments');
-		my $d = eval { decode_json($out) };
-		return $rc == 0 && $d && $d->{messages} == 0;
-	}) or die "the queue did not drain in $timeout s\n";
-open($fh, '>', "$control/stop") or die;
-close($fh);
-stop_consumers(@h);
-stop_rabbitmq($rmq);
+my @h = map { $consumers->start($_->[0], 'payments', $_->[1], $control) }
+  [ 'nacker', 'nack' ], [ 'steady', 'steady' ];
+$consumers->wait_drained('payments', scalar(@copies))
+  or die "the queue did not drain\n";
+signal($control, 'stop');
+$consumers->stop(@h);
+$broker->stop;
 
-my @d = deliveries();
+my @d = $consumers->deliveries;
 my $dups = grep { exists $_->{claim} && !$_->{claim} } @d;
 my ($applied, $distinct) = split /\|/, psql('SELECT count(*), count(DISTINCT message_id) FROM applied');
 my $records = psql(q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'ledger'});

@@ -28,7 +28,9 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -36,18 +38,17 @@ my $n_messages = 3000;
 my $n_accounts = 100;
 my $clients    = 8;
 
-my $node = PostgreSQL::Test::Cluster->new('stress');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq(
-max_connections = 40
 # 27000 transactions: keep the log to what the checks below need
-log_statement = none
-log_min_error_statement = panic
-log_lock_waits = on
-deadlock_timeout = 1ms
-));
-$node->start;
+my $node = DedupNode->create(
+	'stress',
+	preload => 0,
+	conf => {
+		max_connections => 40,
+		log_statement => 'none',
+		log_min_error_statement => 'panic',
+		log_lock_waits => 'on',
+		deadlock_timeout => '1ms',
+	});
 
 my $db = 'stress';
 $node->safe_psql('postgres', "CREATE DATABASE $db");

@@ -11,14 +11,17 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dump');
-$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
-$node->append_conf('postgresql.conf', 'log_statement = none');
-$node->start;
+my $node = DedupNode->create(
+	'dump',
+	preload => 0,
+	init => { extra => [ '--encoding=UTF8', '--locale=C' ] },
+	conf => { log_statement => 'none' });
 
 my $tmpdir = PostgreSQL::Test::Utils::tempdir;
 my @conn = ('-h', $node->host, '-p', $node->port);

@@ -11,13 +11,14 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->start;
+my $primary = DedupNode->create('primary', preload => 0,
+	init => { allows_streaming => 1 });
 $primary->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dedup;
@@ -25,7 +26,7 @@ SELECT dedup_claim('c', 'before-backup');
 });
 
 $primary->backup('bkp');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
+my $standby = DedupNode->new('standby');
 $standby->init_from_backup($primary, 'bkp', has_streaming => 1);
 $standby->start;
 
@@ -41,17 +42,13 @@ is( $standby->safe_psql(
 	'after-backup,before-backup',
 	'claims made on the primary are replicated to the standby');
 
-# psql, with SQLSTATEs in the error messages
+# a claim must fail with SQLSTATE 25006, neither true nor false
 sub claim_fails
 {
 	my ($node, $sql, $name) = @_;
-	my ($ret, $out, $err) =
-	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	isnt($ret, 0, "$name: psql reports an error");
-	is($out, '', "$name: no result, neither true nor false");
-	like($err, qr/ERROR:  25006: cannot execute dedup_claim\(\) (?:during recovery|in a read-only transaction)/,
-		"$name: fails with SQLSTATE 25006");
-	return $err;
+	return $node->psql_fails_like('postgres', $sql,
+		qr/ERROR:  25006: cannot execute dedup_claim\(\) (?:during recovery|in a read-only transaction)/,
+		$name);
 }
 
 # --- on the standby ---------------------------------------------------------------

@@ -25,19 +25,16 @@ use strict;
 use warnings;
 
 use JSON::PP;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
+use DedupTools;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use FindBin;
-use lib "$FindBin::Bin/../perl";
-use DedupTest;
-
 my $python = require_tools(modules => ['psycopg2']);
 
-my $node = PostgreSQL::Test::Cluster->new('psycopg');
-$node->init;
-$node->start;
+my $node = DedupNode->create('psycopg', preload => 0);
 
 my $db = 'shop';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
@@ -62,6 +59,7 @@ import time
 import psycopg2
 
 host, port, dbname, scenario = sys.argv[1:5]
+timeout = float(sys.argv[5])    # seconds, for any wait
 
 
 def connect(user):
@@ -100,8 +98,9 @@ def error_of(conn, sql, params=None):
 
 
 def wait_for_lock_wait(admin, pid):
+    deadline = time.monotonic() + timeout
     with admin.cursor() as cur:
-        for _ in range(600):
+        while time.monotonic() < deadline:
             cur.execute("SELECT wait_event_type FROM pg_stat_activity "
                         "WHERE pid = %s", (pid,))
             row = cur.fetchone()
@@ -192,7 +191,7 @@ elif scenario == "crash-while-redelivered":
     thread.start()
     out["waited"] = wait_for_lock_wait(admin, waiter.get_backend_pid())
     out["terminated"] = terminate(admin, dying.get_backend_pid())
-    thread.join(60)
+    thread.join(timeout)
     out["redelivery"] = result.get("claim", "still waiting")
     app = connect("app")
     out["again"] = handle(app, "loyalty", "evt-4", 4, 30)
@@ -224,7 +223,10 @@ sub scenario
 	my ($name) = @_;
 	my ($stdout, $stderr);
 	my $ok = IPC::Run::run(
-		[ $python, $script, $node->host, $node->port, $db, $name ],
+		[
+			$python, $script, $node->host, $node->port, $db, $name,
+			$PostgreSQL::Test::Utils::timeout_default
+		],
 		'>', \$stdout, '2>', \$stderr,
 		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
 	ok($ok, "$name: python scenario ran") or diag($stderr);

@@ -37,119 +37,63 @@
 use strict;
 use warnings;
 
-use File::Path qw(make_path);
-use IPC::Run;
-use JSON::PP;
-use PostgreSQL::Test::Cluster;
-use PostgreSQL::Test::Utils;
-use Test::More;
-
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
-use Time::HiRes qw(time usleep);
-
-die "test/rabbitmq_consumer.py not found\n" unless -r consumer_script();
+use DedupBroker;
+use DedupConsumers;
+use DedupNode;
+use DedupTools;
+use PostgreSQL::Test::Utils;
+use Test::More;
 
 my $python = require_tools(
 	modules => [ 'pika', 'psycopg2' ],
 	programs => [ '/usr/lib/rabbitmq/bin/rabbitmq-server', '/usr/bin/epmd' ]);
 
-my $timeout = 60;    # seconds, for every wait below
 my $queue = 'payments';
 my $consumer = 'ledger';    # the dedup consumer name of every worker
 
 # ---------------------------------------------------------------------------
-# processes: the broker and its epmd run in their own sessions and are
-# stopped whatever happens (DedupTest); consumer harnesses are killed
-# ---------------------------------------------------------------------------
-
-my @harnesses;
-
-END
-{
-	my $status = $?;
-	for my $h (@harnesses)
-	{
-		eval { $h->kill_kill };
-	}
-	$? = $status;
-}
-
-sub helper { return run_helper($python, $timeout, @_); }
-
-# ---------------------------------------------------------------------------
-# a private RabbitMQ node
+# a private RabbitMQ node, and the database while it boots
 # ---------------------------------------------------------------------------
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;
-my $rmq = start_rabbitmq(dir => "$tmp/rabbitmq", python => $python,
-	timeout => $timeout, nowait => 1);
-BAIL_OUT($rmq->{error}) if $rmq->{error};
-note("rabbitmq-server pid $rmq->{pid}, node $rmq->{nodename}, AMQP port $rmq->{amqp_port}");
-my $amqp_port = $rmq->{amqp_port};
+my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
+BAIL_OUT($broker->{error}) if $broker->{error};
+note("rabbitmq-server pid $broker->{pid}, node $broker->{nodename}, AMQP port $broker->{amqp_port}");
 
-# the database while the broker boots
-my $node = PostgreSQL::Test::Cluster->new('rabbit');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'");
-$node->start;
+my $node = DedupNode->create('rabbit');
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 # "applied" gets one row per application, in the claim's transaction
 $node->safe_psql($db, "CREATE EXTENSION dedup;\n" . consumer_tables_sql());
 
-ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
-  or BAIL_OUT($rmq->{error});
-note(sprintf('RabbitMQ ready after %.1f s', $rmq->{seconds}));
+$broker->ready_ok;
+my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
+	broker => $broker, node => $node, db => $db);
 
 # ---------------------------------------------------------------------------
 # the producer: 200 messages, 10 of them published twice
 # ---------------------------------------------------------------------------
 
 my $n = 200;
-my (@messages, @copies, %copies_of);
-for my $i (1 .. $n)
-{
-	my $m = {
-		message_id => sprintf('pay-%04d', $i),
-		account => 1 + $i % 5,
-		amount => 1 + ($i * 37) % 100,
-	};
-	push @messages, $m;
-	push @copies, $m;
-	push @copies, $m if $i % 40 == 0;    # retried at once: adjacent copies
-}
+my @messages = payments('pay', $n);
+# retried at once (adjacent copies), and later
+my @copies = map { ($_, $_->{message_id} =~ /(\d+)$/ && $1 % 40 == 0 ? $_ : ()) } @messages;
 push @copies, grep { $_->{message_id} =~ /(\d+)$/ && $1 % 40 == 20 } @messages;
+my %copies_of;
 $copies_of{ $_->{message_id} }++ for @copies;
 my $producer_duplicates = @copies - @messages;
 is($producer_duplicates, 10, 'the producer publishes 10 messages twice');
 
-my %expected_balance;
-$expected_balance{ $_->{account} } += $_->{amount} for @messages;
-
-append_to_file("$tmp/messages.json", encode_json(\@copies));
-my ($rc, $out, $err) =
-  helper('produce', $amqp_port, $queue, "$tmp/messages.json");
-is($rc, 0, 'producer ran') or diag($err);
-is(eval { decode_json($out)->{published} },
-	scalar(@copies), 'producer: 210 persistent copies published and confirmed');
+my $expected_balance = balances(@messages);
+$broker->publish_ok($queue, \@copies,
+	'producer: 210 persistent copies published and confirmed');
+is($broker->depth($queue), scalar(@copies), 'the queue holds the 210 copies');
 
 # ---------------------------------------------------------------------------
 # consumers
 # ---------------------------------------------------------------------------
-
-my %logs;    # worker => its JSON lines file
-
-sub consumer_cmd
-{
-	my ($worker, $behaviour, $control) = @_;
-	$logs{$worker} = "$tmp/$worker.log";
-	return [
-		$python, consumer_script(), 'consume', $amqp_port, $queue, $node->host,
-		$node->port, $db, $worker, $behaviour, $control
-	];
-}
 
 # (a) and (b) alone on the queue, one after the other, each until it dies
 for my $crash (
@@ -157,84 +101,31 @@ for my $crash (
 	[ 'crash-before-commit', 'die-before-commit', 4 ])
 {
 	my ($worker, $behaviour, $code) = @$crash;
-	my $control = "$tmp/control-$worker";
-	make_path($control);
-	append_to_file("$control/go", '');
-	my $err = '';
-	my $exit = eval {
-		IPC::Run::run(consumer_cmd($worker, $behaviour, $control),
-			'<', \undef, '>', $logs{$worker}, '2>', \$err,
-			IPC::Run::timeout($timeout));
-		$? >> 8;
-	} // -1;
-	is($exit, $code, "$worker died as planned (exit code $code)")
-	  or diag($err . ($@ // ''));
+	my $control = $consumers->control("control-$worker");
+	signal($control, 'go');
+	is($consumers->run($worker, $queue, $behaviour, $control),
+		$code, "$worker died as planned (exit code $code)")
+	  or diag($consumers->stderr_of($worker));
 }
 
 # (c), (d): three consumers at once, started together
-my $control = "$tmp/control-concurrent";
-make_path($control);
+my $control = $consumers->control('control-concurrent');
 my @concurrent = (
 	[ 'nacker', 'nack' ],
 	[ 'steady-1', 'steady' ],
 	[ 'steady-2', 'steady' ]);
-my %errors;
-for my $c (@concurrent)
-{
-	my ($worker, $behaviour) = @$c;
-	$errors{$worker} = '';
-	push @harnesses,
-	  IPC::Run::start(consumer_cmd($worker, $behaviour, $control),
-		'<', \undef, '>', $logs{$worker}, '2>', \$errors{$worker});
-}
-
-sub wait_for
-{
-	my ($what, $check) = @_;
-	my $deadline = time() + $timeout;
-	while (time() < $deadline)
-	{
-		return 1 if $check->();
-		$_->pump_nb for grep { $_->pumpable } @harnesses;
-		usleep(100_000);
-	}
-	diag("timed out waiting for $what");
-	return 0;
-}
-
-sub records
-{
-	return map { read_json_lines($logs{$_}) } sort keys %logs;
-}
-
-ok( wait_for(
-		'the consumers to connect',
-		sub {
-			3 == grep {
-				my $w = $_->[0];
-				grep { ($_->{event} // '') eq 'ready' }
-				  read_json_lines($logs{$w})
-			} @concurrent;
-		}),
-	'three concurrent consumers connected');
-append_to_file("$control/go", '');
+my @harnesses = map { $consumers->start($_->[0], $queue, $_->[1], $control) } @concurrent;
+my @workers = map { $_->[0] } @concurrent;
+ok($consumers->wait_ready(@workers), 'three concurrent consumers connected');
+signal($control, 'go');
 
 # drained: every copy acked once, nothing ready in the queue
-my $depth;
-ok( wait_for(
-		'the queue to drain',
-		sub {
-			my $acks = grep { ($_->{action} // '') eq 'ack' } records();
-			return 0 if $acks < @copies;
-			my ($rc, $out) = helper('depth', $amqp_port, $queue);
-			$depth = eval { decode_json($out) };
-			return $rc == 0 && $depth && $depth->{messages} == 0;
-		}),
+ok($consumers->wait_drained($queue, scalar(@copies)),
 	'queue drained: every copy acked, no message ready');
-is($depth->{consumers}, 3, 'the three consumers were still attached');
+is($broker->queue($queue)->{consumers}, 3, 'the three consumers were still attached');
 
 {
-	my ($out, $err) = rabbitmqctl($rmq, '--quiet', '--no-table-headers',
+	my ($out, $err) = $broker->ctl('--quiet', '--no-table-headers',
 		'list_queues', 'name', 'messages_ready', 'messages_unacknowledged',
 		'consumers');
 	like($out, qr/^\Q$queue\E\s+0\s+0\s+3\s*$/m,
@@ -242,30 +133,22 @@ is($depth->{consumers}, 3, 'the three consumers were still attached');
 	  or diag("rabbitmqctl: $out $err");
 }
 
-append_to_file("$control/stop", '');
-for my $i (0 .. $#concurrent)
+signal($control, 'stop');
+my @codes = $consumers->stop(@harnesses);
+for my $i (0 .. $#workers)
 {
-	my $worker = $concurrent[$i][0];
-	my $h = $harnesses[$i];
-	my $finished = eval {
-		$h->finish;
-		1;
-	};
-	ok($finished && $h->result == 0, "$worker stopped cleanly")
-	  or diag($errors{$worker} . ($@ // ''));
+	is($codes[$i], 0, "$workers[$i] stopped cleanly")
+	  or diag($consumers->stderr_of($workers[$i]));
 }
-@harnesses = ();
 
-($rc, $out, $err) = helper('depth', $amqp_port, $queue);
-is($out, qq({"consumers": 0, "messages": 0}\n),
-	'queue empty with no consumer attached: nothing was left unacked')
-  or diag($err);
+is_deeply($broker->queue($queue), { consumers => 0, messages => 0 },
+	'queue empty with no consumer attached: nothing was left unacked');
 
 # ---------------------------------------------------------------------------
 # what the consumers saw
 # ---------------------------------------------------------------------------
 
-my @deliveries = grep { ($_->{event} // '') eq 'delivery' } records();
+my @deliveries = $consumers->deliveries;
 my (%claims_true, %claims_false, %redeliveries, %committed_unacked, %nacked,
 	%died);
 for my $d (@deliveries)
@@ -287,7 +170,7 @@ note(
 		$sum->(\%claims_true), $sum->(\%claims_false),
 		join(', ',
 			map { my $w = $_; "$w " . grep { $_->{worker} eq $w } @deliveries }
-			  sort keys %logs)));
+			  sort keys %{ { map { $_->{worker} => 1 } @deliveries } })));
 
 # whose work is in "applied": message_id => [workers]
 my %applied;
@@ -363,7 +246,7 @@ is(scalar(grep { @{ $applied{ $_->{message_id} } // [] } == 1 } @c),
 	scalar(@c), '(c) each nacked message applied once');
 
 # (d) concurrency
-for my $w (map { $_->[0] } @concurrent)
+for my $w (@workers)
 {
 	cmp_ok(scalar(grep { $_->{worker} eq $w && $_->{action} eq 'ack' } @deliveries),
 		'>', 0, "(d) $w acked messages");
@@ -429,7 +312,7 @@ is( join(',', sort keys %applied),
 	'applied: exactly the messages published');
 is( $node->safe_psql(
 		$db, q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}),
-	join(',', map { "$_=$expected_balance{$_}" } sort { $a <=> $b } keys %expected_balance),
+	join(',', map { "$_=$expected_balance->{$_}" } sort { $a <=> $b } keys %$expected_balance),
 	'balances are the sums of the distinct messages');
 is( $node->safe_psql(
 		$db,
@@ -463,14 +346,6 @@ note("dedup_stats.lock_waits = $stat_lock_waits (concurrent copies of one messag
 # stop the broker and its epmd; nothing of them survives
 # ---------------------------------------------------------------------------
 
-my $stopped = stop_rabbitmq($rmq);
-is($stopped->{status}, 0, 'RabbitMQ stopped cleanly on SIGTERM');
-is(scalar(@{ $stopped->{leftovers} }), 0,
-	'no broker process left (beam, erl_child_setup, helpers)')
-  or diag(`ps -o pid,ppid,pgid,cmd -p @{[join ',', @{ $stopped->{leftovers} }]}`);
-ok(defined $stopped->{epmd_status}, 'epmd stopped on SIGTERM');
-is(scalar(@{ $stopped->{strays} }), 0, 'no process of this node or its epmd anywhere')
-  or diag(`ps -o pid,ppid,cmd -p @{[join ',', @{ $stopped->{strays} }]}`);
-
+$broker->stop_ok;
 $node->stop;
 done_testing();

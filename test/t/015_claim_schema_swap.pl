@@ -14,7 +14,9 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -23,10 +25,8 @@ my $swaps   = 40;
 # long enough to outlast the swaps on a loaded machine; pgbench ends by itself
 my $pgbench_seconds = 20;
 
-my $node = PostgreSQL::Test::Cluster->new('swap');
-$node->init;
-$node->append_conf('postgresql.conf', "max_connections = 30\n");
-$node->start;
+my $node = DedupNode->create('swap', preload => 0,
+	conf => { max_connections => 30 });
 
 $node->safe_psql(
 	'postgres', q{
@@ -60,12 +60,17 @@ GRANT ALL ON ALL TABLES IN SCHEMA trap TO PUBLIC;
 });
 
 # pgbench: warm backends claiming unqualified, whichever schema is called
-# "app" at the moment first on the search_path, plus maintenance calls
+# "app" at the moment first on the search_path, plus maintenance calls.
+# "app" comes twice: a backend resolves the names of its path one by one,
+# and may see a swap commit between two of them (one name from its cache,
+# the next read after the commit); with app, app_real, app, the real schema
+# is on the path whichever names it saw before the commit and which after,
+# so that a client never fails to find dedup_claim at all.
 my $script = $node->basedir . '/claim.sql';
 PostgreSQL::Test::Utils::append_to_file(
 	$script, q{
 \set n random(1, 1000000000)
-SET search_path = app, app_real, trap_parked;
+SET search_path = app, app_real, app, trap_parked;
 SELECT dedup_claim('svc', 'c' || :client_id || '-' || :n);
 SELECT dedup_set_retention('svc', '7 days');
 SELECT dedup_sweep('svc');
@@ -86,27 +91,39 @@ $node->poll_query_until('postgres', 'SELECT count(*) > 20 FROM claimed_log')
   or die 'pgbench made no claims: ' . slurp_file($pgbench_err);
 my $claims_before =
   $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log');
-for my $i (1 .. $swaps)
-{
-	$node->safe_psql(
-		'postgres', q{
+# Each swap commits, and stays until the clients have committed claims with
+# the look-alike in place: one more than there are clients, so that at
+# least one claim began after the swap.  (In a DO block: every query of it
+# sees the clients' commits.)
+my $timeout = $PostgreSQL::Test::Utils::timeout_default;
+$node->safe_psql(
+	'postgres', qq{
 SET ROLE owner;
-BEGIN;
-ALTER SCHEMA app RENAME TO app_real;
-ALTER SCHEMA trap RENAME TO app;
-COMMIT;
+DO \$\$
+DECLARE
+	seen bigint;
+	deadline timestamptz;
+BEGIN
+	FOR i IN 1 .. $swaps LOOP
+		ALTER SCHEMA app RENAME TO app_real;
+		ALTER SCHEMA trap RENAME TO app;
+		COMMIT;
+		seen := (SELECT count(*) FROM public.claimed_log);
+		deadline := clock_timestamp() + interval '$timeout s';
+		WHILE (SELECT count(*) FROM public.claimed_log) <= seen + $clients LOOP
+			IF clock_timestamp() > deadline THEN
+				RAISE EXCEPTION 'swap %: the clients made no claim in $timeout s', i;
+			END IF;
+			PERFORM pg_sleep(0.01);
+		END LOOP;
+		ALTER SCHEMA app RENAME TO trap_parked;
+		ALTER SCHEMA app_real RENAME TO app;
+		ALTER SCHEMA trap_parked RENAME TO trap;
+		COMMIT;
+	END LOOP;
+END
+\$\$;
 });
-	$node->safe_psql('postgres', 'SELECT pg_sleep(0.05)');
-	$node->safe_psql(
-		'postgres', q{
-SET ROLE owner;
-BEGIN;
-ALTER SCHEMA app RENAME TO trap_parked;
-ALTER SCHEMA app_real RENAME TO app;
-ALTER SCHEMA trap_parked RENAME TO trap;
-COMMIT;
-});
-}
 my $claims_during_swaps =
   $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log') - $claims_before;
 $pgbench->finish;

@@ -13,20 +13,16 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use FindBin;
-use lib "$FindBin::Bin/../perl";
-use DedupTest;
-
-my $node = PostgreSQL::Test::Cluster->new('forget');
-$node->init;
 # only dedup's own lines: the statements, which log_statement would write
 # too, hold the hostile text below
-$node->append_conf('postgresql.conf', 'log_statement = none');
-$node->start;
+my $node = DedupNode->create('forget', preload => 0,
+	conf => { log_statement => 'none' });
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dedup;
@@ -50,7 +46,7 @@ SELECT dedup_forget('payments', 'pay-1'), dedup_forget('payments', 'never'),
 }),
 	't|f|2|1',
 	'a role with EXECUTE only forgets a record, the records since a time and a consumer');
-my $log = log_from($node, $offset);
+my $log = $node->log_since($offset);
 my $who =
   qr/LOG:  dedup audit: role 'replayer' \(session user '\Q$session_user\E'\)/;
 like($log,
@@ -89,7 +85,7 @@ is( $node->safe_psql(
 		'postgres', "SET ROLE replayer; SELECT dedup_forget('payments', $hostile)"),
 	't',
 	'a hostile message id is forgotten');
-$log = log_from($node, $offset);
+$log = $node->log_since($offset);
 my @audit = grep { /dedup audit:/ } split /\n/, $log;
 is(scalar @audit, 1, 'one audit line for the hostile id') or diag $log;
 # (the stderr log indents the lines after a line break in a message)
@@ -114,7 +110,7 @@ $offset = -s $node->logfile;
 $node->safe_psql('postgres',
 	q{SET ROLE "maint'ops"; SELECT dedup_forget('payments', 'pay-9')});
 like(
-	log_from($node, $offset),
+	$node->log_since($offset),
 	qr/LOG:  dedup audit: role 'maint''ops' \(session user '\Q$session_user\E'\) found no record of message id 'pay-9' of consumer 'payments' to forget\n/,
 	'log: a role set with SET ROLE, beside the session user');
 

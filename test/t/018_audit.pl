@@ -15,17 +15,13 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use FindBin;
-use lib "$FindBin::Bin/../perl";
-use DedupTest;
-
-my $node = PostgreSQL::Test::Cluster->new('audit');
-$node->init;
-$node->start;
+my $node = DedupNode->create('audit', preload => 0);
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dedup;
@@ -64,7 +60,7 @@ SELECT dedup_sweep('ledger');
 }),
 	"\n2\n\n0",
 	'a maintenance role sweeps a keep-forever consumer through a tiny window');
-my $log = log_from($node, $offset);
+my $log = $node->log_since($offset);
 like($log,
 	qr/$su changed the retention window of consumer 'ledger' from dedup\.retention \(the default\) to forever in transaction \d+\n/,
 	'log: dedup_keep_forever of a consumer on the default');
@@ -77,7 +73,7 @@ like($log,
 like($log,
 	qr/$ops changed the retention window of consumer 'ledger' from interval '00:00:00\.000001' to forever in transaction \d+\n/,
 	'log: dedup_keep_forever back');
-is(occurrences($log, qr/\Q$audit\E/), 4,
+is($node->log_count($offset, qr/\Q$audit\E/), 4,
 	'three window changes and one sweep that deleted something');
 
 # every other path: reset, retire, a superuser's own statements, a rename
@@ -94,7 +90,7 @@ UPDATE dedup_retention SET retention = NULL WHERE consumer_name = 'direct';
 UPDATE dedup_retention SET consumer_name = 'renamed';
 DELETE FROM dedup_retention;
 });
-$log = log_from($node, $offset);
+$log = $node->log_since($offset);
 like($log,
 	qr/$ops changed the retention window of consumer 'svc' from interval '2 days' to dedup\.retention \(the default\) in transaction \d+\n/,
 	'log: dedup_reset_retention');
@@ -122,7 +118,7 @@ SET session_replication_role = replica;
 INSERT INTO dedup_retention VALUES ('replica', '5 minutes'), ('replica-2', NULL);
 TRUNCATE dedup_retention;
 });
-$log = log_from($node, $offset);
+$log = $node->log_since($offset);
 like($log,
 	qr/$su changed the retention window of consumer 'replica' from dedup\.retention \(the default\) to interval '00:05:00' in transaction \d+\n/,
 	'log: an INSERT with session_replication_role = replica');

@@ -23,17 +23,11 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
-use PostgreSQL::Test::Utils;
-use Test::More;
-
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
-
-# a sweep that never comes should fail the test in a minute, not three
-$PostgreSQL::Test::Utils::timeout_default = 60
-  unless $ENV{PG_TEST_TIMEOUT_DEFAULT};
+use DedupNode;
+use PostgreSQL::Test::Utils;
+use Test::More;
 
 # The test's own sessions keep the defaults whatever the database owner sets
 # for a database below (client settings override the database's); the
@@ -45,47 +39,30 @@ $ENV{PGOPTIONS} = join(' ',
 	'-c idle_in_transaction_session_timeout=0',
 	'-c exit_on_error=off');
 
-my $node = PostgreSQL::Test::Cluster->new('hardening');
+my $node = DedupNode->create('hardening', sweeps => 'every second',
+	conf => { 'dedup.max_databases' => 2 });
 $ENV{PGOPTIONS} .= ' -c transaction_timeout=0' if $node->pg_version >= 17;
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dedup'
-dedup.sweep_interval = 1s
-dedup.retention = 1h
-dedup.max_databases = 2
-# the postmaster says "starting background worker process ..." at DEBUG1
-log_min_messages = debug1
-});
-$node->start;
 
 # the latest claim of the consumers below; a fixed date keeps it exact
-my $L = $LATEST_CLAIM;
-
-sub sql
-{
-	my ($db, $query) = @_;
-	return $node->safe_psql($db, $query);
-}
+my $L = DedupNode::LATEST_CLAIM;
 
 ###############################################################################
 note('2. slots: databases without dedup do not keep one');
 
 # With no database to sweep the launcher sleeps: a reload makes it look.
 my $offset = -s $node->logfile;
-sql('postgres', "CREATE DATABASE $_") for qw(a1 a2 a3);
-sql('postgres', 'SELECT pg_reload_conf()');
-ok( wait_log_count($node, $offset, sweeper_start_re('a3'), 1),
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(a1 a2 a3);
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+ok( $node->wait_sweeper_starts($offset, 'a3', 1),
 	'the databases without dedup have been probed');
 
-sql('postgres', 'CREATE ROLE dbowner LOGIN');
-sql('postgres', 'CREATE DATABASE owned OWNER dbowner');
-sql('owned', 'CREATE EXTENSION dedup');
-add_expired($node, 'owned', 'c', 4);
-wait_sweep($node, 'owned', 'done',
-	'a database with dedup created after 4 without it (2 slots) is swept');
-is(count_of($node, 'owned', 'c'), '2', 'owned: its expired claims are deleted');
-is(sql('owned', 'SELECT database_state FROM dedup_sweeper'),
+$node->safe_psql('postgres', 'CREATE ROLE dbowner LOGIN');
+$node->safe_psql('postgres', 'CREATE DATABASE owned OWNER dbowner');
+$node->safe_psql('owned', 'CREATE EXTENSION dedup');
+$node->add_expired('owned', 'c', 4);
+ok($node->sweep_until('owned', 'done'), 'a database with dedup created after 4 without it (2 slots) is swept');
+is($node->count_of('owned', 'c'), '2', 'owned: its expired claims are deleted');
+is($node->safe_psql('owned', 'SELECT database_state FROM dedup_sweeper'),
 	'active', 'owned: tracked as active');
 
 ###############################################################################
@@ -102,7 +79,7 @@ $settings{transaction_timeout} = q{'1ms'} if $node->pg_version >= 17;
 $node->safe_psql('owned',
 	join('', map { "ALTER DATABASE owned SET $_ = $settings{$_};\n" } sort keys %settings),
 	extra_params => [ '-U', 'dbowner' ]);
-is( sql('postgres', q{
+is( $node->safe_psql('postgres', q{
 SELECT count(*) FROM pg_db_role_setting s, unnest(s.setconfig)
  WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = 'owned')}),
 	scalar(keys %settings), 'the owner has set them for owned');
@@ -112,25 +89,23 @@ SELECT count(*) FROM pg_db_role_setting s, unnest(s.setconfig)
 my $serializable = $node->background_psql('postgres');
 $serializable->query_safe('BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT 1');
 
-add_expired($node, 'owned', 'd', 4);
-wait_sweep($node, 'owned', 'done',
-	'with the settings and a serializable transaction open, sweeps end done');
-is(count_of($node, 'owned', 'd'), '2', '... and delete the expired claims');
+$node->add_expired('owned', 'd', 4);
+ok($node->sweep_until('owned', 'done'), 'with the settings and a serializable transaction open, sweeps end done');
+is($node->count_of('owned', 'd'), '2', '... and delete the expired claims');
 
 # kept until the row is locked, so that no sweep deletes it before
-sql('owned', q{SELECT dedup_keep_forever('e')});
-add_expired($node, 'owned', 'e', 4);
+$node->safe_psql('owned', q{SELECT dedup_keep_forever('e')});
+$node->add_expired('owned', 'e', 4);
 my $locker = $node->background_psql('owned');
 $locker->query_safe(q{
 BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT 1 FROM processed_messages WHERE consumer_name = 'e' AND message_id = 'm3' FOR UPDATE});
-sql('owned', q{SELECT dedup_reset_retention('e')});
+$node->safe_psql('owned', q{SELECT dedup_reset_retention('e')});
 $offset = -s $node->logfile;
-wait_sweep($node, 'owned', 'partial',
-	'with exit_on_error on, a locked row still ends a sweep partial');
-is(sql('owned', 'SELECT last_error FROM dedup_sweeper'),
+ok($node->sweep_until('owned', 'partial'), 'with exit_on_error on, a locked row still ends a sweep partial');
+is($node->safe_psql('owned', 'SELECT last_error FROM dedup_sweeper'),
 	'', '... with no error');
-unlike(log_from($node, $offset), qr/FATAL/, '... and no FATAL in the log');
+unlike($node->log_since($offset), qr/FATAL/, '... and no FATAL in the log');
 $locker->query_safe('COMMIT');
 $serializable->query_safe('COMMIT');
 $node->safe_psql('owned', 'ALTER DATABASE owned RESET ALL',
@@ -139,28 +114,28 @@ $node->safe_psql('owned', 'ALTER DATABASE owned RESET ALL',
 ###############################################################################
 note('2. slots: more databases with dedup than slots');
 
-sql('postgres', 'CREATE DATABASE app2');
-sql('app2', 'CREATE EXTENSION dedup');
-wait_sweep($node, 'app2', 'done', 'a second database with dedup is swept');
+$node->safe_psql('postgres', 'CREATE DATABASE app2');
+$node->safe_psql('app2', 'CREATE EXTENSION dedup');
+ok($node->sweep_until('app2', 'done'), 'a second database with dedup is swept');
 
 $offset = -s $node->logfile;
-sql('postgres', 'CREATE DATABASE app3');
-sql('app3', 'CREATE EXTENSION dedup');
-add_expired($node, 'app3', 'c', 4);
+$node->safe_psql('postgres', 'CREATE DATABASE app3');
+$node->safe_psql('app3', 'CREATE EXTENSION dedup');
+$node->add_expired('app3', 'c', 4);
 my $exhausted =
   qr/LOG:  dedup sweeper cannot track database "app3": all 2 slots are in use/;
-ok(wait_log_count($node, $offset, $exhausted, 1), 'the database left out is named in the log');
-like(log_from($node, $offset), qr/HINT:  Raise dedup.max_databases/,
+ok($node->wait_log_count($offset, $exhausted, 1), 'the database left out is named in the log');
+like($node->log_since($offset), qr/HINT:  Raise dedup.max_databases/,
 	'... with the setting to raise');
 my $after = -s $node->logfile;
-ok(wait_log_count($node, $after, sweeper_start_re('owned'), 3),
+ok($node->wait_sweeper_starts($after, 'owned', 3),
 	'three more passes of the launcher');
-is(occurrences(log_from($node, $offset), $exhausted), 1, '... and it is named only once');
-is(sql('app3', 'SELECT database_state IS NULL FROM dedup_sweeper'),
+is($node->log_count($offset, $exhausted), 1, '... and it is named only once');
+is($node->safe_psql('app3', 'SELECT database_state IS NULL FROM dedup_sweeper'),
 	't', 'app3 is not tracked');
-is(count_of($node, 'app3', 'c'), '4', '... nor swept');
+is($node->count_of('app3', 'c'), '4', '... nor swept');
 
-sql('app2', 'DROP EXTENSION dedup');
+$node->safe_psql('app2', 'DROP EXTENSION dedup');
 ok($node->poll_query_until('app3', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'c'}, '2'),
 	'once DROP EXTENSION in app2 frees a slot, app3 is swept');
 
@@ -175,30 +150,28 @@ LOCK TABLE processed_messages IN EXCLUSIVE MODE;
 INSERT INTO processed_messages
 SELECT 'f', 'm' || i, $L - i * interval '1 hour' FROM generate_series(0, 3) i});
 my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
-wait_sweep($node, 'owned', 'blocked', 'a sweep that finds the table locked ends blocked');
-wait_sweep($node, 'owned', 'blocked', '... and so does the next one');
-is(sql('owned', 'SELECT last_sweep_rows, last_error IS NULL FROM dedup_sweeper'),
+ok($node->sweep_until('owned', 'blocked'), 'a sweep that finds the table locked ends blocked');
+ok($node->sweep_until('owned', 'blocked'), '... and so does the next one');
+is($node->safe_psql('owned', 'SELECT last_sweep_rows, last_error IS NULL FROM dedup_sweeper'),
 	'0|t', '... deleting nothing, and with no error');
 my $blocked_re =
   qr/LOG:  dedup sweep of database "owned" is blocked: another session holds a lock on table "processed_messages" \(pid $holder_pid\)/;
-is(occurrences(log_from($node, $offset), $blocked_re), 1,
+is($node->log_count($offset, $blocked_re), 1,
 	'the log names the session holding the lock, once');
 $holder->query_safe('COMMIT');
-wait_sweep($node, 'owned', 'done', 'once the lock is released, the sweep ends done');
-is(count_of($node, 'owned', 'f'), '2', '... and deletes the expired claims');
+ok($node->sweep_until('owned', 'done'), 'once the lock is released, the sweep ends done');
+is($node->count_of('owned', 'f'), '2', '... and deletes the expired claims');
 $holder->quit;
 
 ###############################################################################
 note('4. the sweeper in pg_stat_activity');
 
 # a sweep of 20000 batches: long enough to be seen in a later batch
-sql('postgres', q{ALTER SYSTEM SET dedup.sweep_batch_size = 10; SELECT pg_reload_conf()});
-ok($node->poll_query_until('postgres', q{SELECT current_setting('dedup.sweep_batch_size')}, '10'),
-	'dedup.sweep_batch_size = 10');
-sql('owned', qq{
+$node->set_config('dedup.sweep_batch_size', '10', '10');
+$node->safe_psql('owned', qq{
 INSERT INTO processed_messages
 SELECT 'big', 'm' || i, $L - i * interval '1 second' FROM generate_series(0, 200000) i});
-sql('owned', 'SELECT dedup_sweeper_wake()');
+$node->safe_psql('owned', 'SELECT dedup_sweeper_wake()');
 ok( $node->poll_query_until(
 		'postgres', q{
 SELECT count(*) = 1 FROM pg_stat_activity

@@ -21,45 +21,23 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use FindBin;
-use lib "$FindBin::Bin/../perl";
-use DedupTest;
-
-# a sweep that never comes should fail the test in a minute, not three
-$PostgreSQL::Test::Utils::timeout_default = 60
-  unless $ENV{PG_TEST_TIMEOUT_DEFAULT};
-
-my $node = PostgreSQL::Test::Cluster->new('blocked');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dedup'
-dedup.sweep_interval = 1s
-dedup.retention = 1h
-# the postmaster says "starting background worker process ..." at DEBUG1
-log_min_messages = debug1
-});
-$node->start;
+my $node = DedupNode->create('blocked', sweeps => 'every second');
 
 # the latest claim of the consumers below; a fixed date keeps it exact
-my $L = $LATEST_CLAIM;
+my $L = DedupNode::LATEST_CLAIM;
 
-sub sql
-{
-	my ($db, $query) = @_;
-	return $node->safe_psql($db, $query);
-}
-
-sql('postgres', 'CREATE ROLE dbo LOGIN CREATEDB');
-sql('postgres', 'CREATE ROLE ops NOLOGIN; CREATE ROLE nopriv NOLOGIN');
+$node->safe_psql('postgres', 'CREATE ROLE dbo LOGIN CREATEDB');
+$node->safe_psql('postgres', 'CREATE ROLE ops NOLOGIN; CREATE ROLE nopriv NOLOGIN');
 for my $db (qw(dba dbb))
 {
-	sql('postgres', "CREATE DATABASE $db OWNER dbo");
-	sql($db, q{
+	$node->safe_psql('postgres', "CREATE DATABASE $db OWNER dbo");
+	$node->safe_psql($db, q{
 CREATE EXTENSION dedup;
 GRANT USAGE ON SCHEMA public TO ops;
 GRANT SELECT, DELETE ON processed_messages TO ops;
@@ -70,84 +48,90 @@ GRANT SELECT ON dedup_retention TO ops;
 ###############################################################################
 note('1. the sweep runs as dedup.sweep_role');
 
-set_config($node, 'dedup.sweep_role',       'ops',   'ops');
-set_config($node, 'dedup.sweep_batch_size', '10',    '10');
-set_config($node, 'dedup.sweep_batch_delay', '10ms', '10ms');
-# 640 batches with a pause between them: a sweep of several seconds
-sql('dbb', qq{
+$node->set_config('dedup.sweep_role',       'ops',   'ops');
+$node->set_config('dedup.sweep_batch_size', '10',    '10');
+$node->set_config('dedup.sweep_batch_delay', '10ms', '10ms');
+# 640 batches with a pause between them: a sweep of several seconds,
+# watched from inside the server
+my (undef, $bootstrap) = $node->watch_sweep(
+	'dbb', q{
+SELECT (usesysid = 10)::text FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'
+   AND query = 'dedup sweep as role "ops": deleting expired claims'}, qq{
 INSERT INTO processed_messages
 SELECT 'slow', 'm' || i, $L - i * interval '1 second' FROM generate_series(0, 10000) i});
-sql('dbb', 'SELECT dedup_sweeper_wake()');
-ok( $node->poll_query_until(
-		'dbb', q{
-SELECT count(*) = 1 FROM pg_stat_activity
- WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'
-   AND query = 'dedup sweep as role "ops": deleting expired claims'}),
-	'pg_stat_activity shows the sweeper deleting as role "ops"');
-is( sql('dbb', q{
-SELECT usesysid = 10 FROM pg_stat_activity
- WHERE backend_type = 'dedup sweeper' AND datname = 'dbb'}),
-	't', '... while its session user is the bootstrap superuser');
+isnt($bootstrap, '', 'pg_stat_activity shows the sweeper deleting as role "ops"');
+is($bootstrap, 'true', '... while its session user is the bootstrap superuser');
 ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'slow'}, '3601'),
 	'the slow sweep, as "ops", deletes every expired claim');
 # (polled: the next sweep may have begun already)
 ok($node->poll_query_until('dbb', q{SELECT last_sweep_outcome = 'done' AND last_error IS NULL FROM dedup_sweeper}),
 	'... and ends done');
-set_config($node, 'dedup.sweep_batch_delay', undef, '0');
-set_config($node, 'dedup.sweep_batch_size',  undef, '1000');
+$node->set_config('dedup.sweep_batch_delay', undef, '0');
+$node->set_config('dedup.sweep_batch_size',  undef, '1000');
 
 ###############################################################################
 note('2. a wake-up does not shorten the back-off of a failing database');
 
 # only dbb, so that every error in the log is of its sweeps
-set_config($node, 'dedup.databases',  'dbb',    'dbb');
-set_config($node, 'dedup.sweep_role', 'nopriv', 'nopriv');
+$node->set_config('dedup.databases',  'dbb',    'dbb');
+$node->set_config('dedup.sweep_role', 'nopriv', 'nopriv');
 my $offset = -s $node->logfile;
-add_expired($node, 'dbb', 'denied', 4);
-sql('dbb', 'SELECT dedup_sweeper_wake()');
+$node->add_expired('dbb', 'denied', 4);
+$node->safe_psql('dbb', 'SELECT dedup_sweeper_wake()');
 my $error_re = qr/ERROR:  permission denied for table processed_messages/;
 # failures after 0, 1, 3 and 7 s: the next one is 8 s away
-ok(wait_log_count($node, $offset, $error_re, 4), 'four failed sweeps');
-is( sql('dbb', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper'),
+ok($node->wait_log_count($offset, $error_re, 4), 'four failed sweeps');
+is( $node->safe_psql('dbb', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper'),
 	'failed|permission denied for table processed_messages',
 	'a role without privileges: the sweep fails, saying why');
 ok($node->poll_query_until('dbb', 'SELECT sweeper_pid IS NULL FROM dedup_sweeper'),
 	'no sweep is running');
 
-my $before = sql('dbb', 'SELECT next_sweep FROM dedup_sweeper');
-my $errors_before = occurrences(log_from($node, $offset), $error_re);
+my $before = $node->safe_psql('dbb', 'SELECT next_sweep FROM dedup_sweeper');
 my $wake_offset = -s $node->logfile;
 my $launcher_pass = q{SELECT query_start FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'};
 for my $i (1 .. 10)
 {
 	# wait until the launcher has made a pass, and is done with it
-	my $pass = sql('postgres', $launcher_pass);
-	sql('dbb', 'SELECT dedup_sweeper_wake()');
+	my $pass = $node->safe_psql('postgres', $launcher_pass);
+	$node->safe_psql('dbb', 'SELECT dedup_sweeper_wake()');
 	$node->poll_query_until(
 		'postgres', qq{
 SELECT query_start > '$pass' AND state = 'idle' FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper launcher'})
 	  or die "the launcher did not answer wake-up $i";
 }
-my $after = sql('dbb', q{SELECT next_sweep FROM dedup_sweeper});
-my $woken_errors = occurrences(log_from($node, $wake_offset), $error_re);
-cmp_ok($woken_errors, '<=', 1,
+my $after = $node->safe_psql('dbb', q{SELECT next_sweep FROM dedup_sweeper});
+# However long the wake-ups took, a failed sweep may only have come when the
+# back-off allowed it: at the next sweep scheduled before them, and then 16 s
+# later at the earliest
+my @woken_errors = map { /^(\S+ \S+ \S+) \[/ ? $1 : () }
+  grep { $_ =~ $error_re } split /\n/, $node->log_since($wake_offset);
+note(scalar(@woken_errors) . " failed sweeps during the wake-ups, the first allowed at $before");
+is( $node->safe_psql(
+		'dbb', qq{
+SELECT count(*)
+  FROM (SELECT t, lag(t) OVER (ORDER BY t) AS previous
+		  FROM unnest('{@{[ join(',', map { qq{"$_"} } @woken_errors) ]}}'::timestamptz[]) t) s
+ WHERE t < '$before' OR t - previous < interval '16 s'}),
+	'0',
 	'10 wake-ups answered by the launcher: no more failed sweeps than the back-off allows');
-is(sql('dbb', qq{SELECT '$after'::timestamptz >= '$before'::timestamptz}),
+is($node->safe_psql('dbb', qq{SELECT '$after'::timestamptz >= '$before'::timestamptz}),
 	't', '... and the next sweep is not brought forward');
 
 # a reload retries at once: once the role is fixed, the claims go
-set_config($node, 'dedup.sweep_role', 'ops', 'ops');
+$node->set_config('dedup.sweep_role', 'ops', 'ops');
 ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'denied'}, '2'),
 	'after a reload that fixes the role, the database is swept');
-set_config($node, 'dedup.databases', undef, '');
-wait_sweep($node, 'dbb', 'done', 'a wake-up of a healthy database sweeps at once');
+$node->set_config('dedup.databases', undef, '');
+ok($node->sweep_until('dbb', 'done'), 'a wake-up of a healthy database sweeps at once');
 
 ###############################################################################
 note('3. one database cannot hold up the others');
 
-wait_sweep($node, 'dba', 'done', 'dba is swept');
-my $dba_oid = sql('postgres', q{SELECT oid FROM pg_database WHERE datname = 'dba'});
+ok($node->sweep_until('dba', 'done'), 'dba is swept');
+my $dba_oid = $node->safe_psql('postgres', q{SELECT oid FROM pg_database WHERE datname = 'dba'});
 $offset = -s $node->logfile;
 
 # dbo, not a superuser, owns dba and may rename it (CREATEDB)
@@ -164,25 +148,25 @@ SELECT count(*) > 0 FROM pg_locks
 	'a sweeper of dba waits for the lock on dba');
 
 # claims expired after that: only a sweep that comes later deletes them
-add_expired($node, 'dbb', 'later', 4);
+$node->add_expired('dbb', 'later', 4);
 ok($node->poll_query_until('dbb', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'later'}, '2'),
 	'dbb is still swept');
 
 my $blocked_re =
   qr/LOG:  dedup sweep of database "dba" is blocked: another session \(pid $holder_pid\) holds a lock on database "dba"/;
-ok(wait_log_count($node, $offset, $blocked_re, 1),
+ok($node->wait_log_count($offset, $blocked_re, 1),
 	'the log names the session holding the lock on dba');
 # the sweepers of dba since the lock was taken, but perhaps the first
-ok(wait_log_count($node, $offset, sweeper_start_re('dba'), 4),
+ok($node->wait_sweeper_starts($offset, 'dba', 4),
 	'three more sweepers of dba have been started');
-ok( wait_log_count(
-		$node, $offset,
+ok( $node->wait_log_count(
+		$offset,
 		qr/FATAL:  terminating background worker "dedup sweeper" due to administrator command/,
 		3),
 	'... and stopped');
-is(occurrences(log_from($node, $offset), $blocked_re), 1,
+is($node->log_count($offset, $blocked_re), 1,
 	'... and the log said so once');
-like(log_from($node, $offset),
+like($node->log_since($offset),
 	qr/DETAIL:  The sweeper could not connect, and was stopped; it tries again after dedup.sweep_interval\./,
 	'... saying what happens next');
 
@@ -197,14 +181,14 @@ SELECT count(*) = 0 FROM pg_locks
 $holder->query_safe('ROLLBACK');
 $holder->quit;
 my ($outcome, $error) = split /\|/,
-  sql('dba', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper');
+  $node->safe_psql('dba', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper');
 note("dba right after ROLLBACK: $outcome");
 ok($outcome =~ /^(?:blocked|running|done)$/,
 	"dba: the last sweep was blocked, or one has begun since ($outcome)");
 is($error,
 	qq{could not connect: another session (pid $holder_pid) holds a lock on database "dba"},
 	'dba: last_error names the session holding the lock');
-add_expired($node, 'dba', 'after', 4);
+$node->add_expired('dba', 'after', 4);
 ok($node->poll_query_until('dba', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'after'}, '2'),
 	'dba is swept again once the lock is released');
 ok($node->poll_query_until('dba', q{SELECT last_sweep_outcome = 'done' AND sweeper_pid IS NULL FROM dedup_sweeper}),

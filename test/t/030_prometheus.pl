@@ -21,16 +21,16 @@ use strict;
 use warnings;
 
 use Cwd qw(abs_path);
-use HTTP::Tiny;
-use IPC::Run;
-use PostgreSQL::Test::Cluster;
-use PostgreSQL::Test::Utils;
-use Test::More;
-use Time::HiRes qw(time usleep);
-
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
+use DedupNode;
+use DedupProcess;
+use DedupTools;
+use HTTP::Tiny;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
 
 my $exporter_bin = $ENV{POSTGRES_EXPORTER} // '/usr/bin/prometheus-postgres-exporter';
 my $promtool = $ENV{PROMTOOL} // '/usr/bin/promtool';
@@ -61,7 +61,7 @@ END
 sub start_exporter
 {
 	my ($name, $dsn, @flags) = @_;
-	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $port = free_port();
 	my $log = "$PostgreSQL::Test::Utils::tmp_check/exporter_$name.log";
 	local $ENV{DATA_SOURCE_NAME} = $dsn;
 	my $h = IPC::Run::start(
@@ -80,19 +80,19 @@ sub start_exporter
 sub scrape
 {
 	my ($port, $log) = @_;
-	my $http = HTTP::Tiny->new(timeout => 10);
-	my $deadline = time + 30;
-	my $last = '';
-	while (time < $deadline)
-	{
-		my $res = $http->get("http://127.0.0.1:$port/metrics");
-		return $res->{content}
-		  if $res->{success} && $res->{content} =~ /^dedup_storage_/m;
-		$last = "$res->{status} $res->{reason}";
-		usleep(200_000);
-	}
-	die "no dedup metrics from the exporter on port $port (last answer: $last); its log:\n"
-	  . (-e $log ? slurp_file($log) : '(none)');
+	my $http = HTTP::Tiny->new(timeout => test_timeout());
+	my ($body, $last) = (undef, '');
+	wait_until(
+		sub {
+			my $res = $http->get("http://127.0.0.1:$port/metrics");
+			$last = "$res->{status} $res->{reason}";
+			$body = $res->{content};
+			return $res->{success} && $body =~ /^dedup_storage_/m;
+		},
+		0.2)
+	  or die "no dedup metrics from the exporter on port $port (last answer: $last); its log:\n"
+	  . read_file($log);
+	return $body;
 }
 
 # the samples of an exposition: [name, {labels}, value as text]
@@ -162,25 +162,6 @@ sub metric_between
 	return;
 }
 
-# The outcome of the first sweep of database postgres that started after
-# $since (a timestamptz of the server), once it has ended; read in the same
-# query as its end, so that a later sweep cannot hide it.
-sub next_sweep_outcome
-{
-	my ($node, $since) = @_;
-	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (time < $deadline)
-	{
-		my $outcome = $node->safe_psql('postgres',
-			qq{SELECT last_sweep_outcome FROM dedup_sweeper
-			    WHERE last_sweep_start >= '$since' AND last_sweep_end >= last_sweep_start
-			      AND last_sweep_outcome <> 'running' AND sweeper_pid IS NULL});
-		return $outcome if $outcome ne '';
-		usleep(100_000);
-	}
-	die "no sweep since $since ended";
-}
-
 # what the sweeper and the server log say, when a check about it failed
 sub sweeper_diag
 {
@@ -194,18 +175,11 @@ sub sweeper_diag
 # a server with known claims
 # ---------------------------------------------------------------------------
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
 # The sweeper runs but does not sweep yet, so that the backlog stays put;
 # later each sweep is one the test asks for (the next one is an hour away),
 # so that no scrape finds one running.
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'dedup'
-dedup.sweep_enabled = off
-dedup.sweep_interval = '1h'
-});
-$node->start;
+my $node = DedupNode->create('main', sweeps => 'off',
+	conf => { 'dedup.sweep_interval' => '1h' });
 
 my $t0 = time;
 $node->safe_psql(
@@ -378,7 +352,7 @@ SELECT dedup_claim('orders', 'secret-evt-3');
 ALTER SYSTEM SET dedup.sweep_enabled = on;
 SELECT pg_reload_conf();
 });
-is(next_sweep_outcome($node, $since), 'done', 'a sweep deletes the backlog')
+is($node->wait_sweep_after('postgres', $since), 'done', 'a sweep deletes the backlog')
   or sweeper_diag($node);
 
 $body = scrape($port, $log);
@@ -401,15 +375,7 @@ $node->safe_psql(
 ALTER SYSTEM SET dedup.sweep_role = 'no_such_role';
 SELECT pg_reload_conf();
 });
-my $outcome;
-for my $try (1 .. 20)
-{
-	$since = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
-	$node->safe_psql('postgres', 'SELECT dedup_sweeper_wake()');
-	$outcome = next_sweep_outcome($node, $since);
-	last if $outcome eq 'failed';
-}
-is($outcome, 'failed', 'a sweep as a role that does not exist fails')
+ok($node->sweep_until('postgres', 'failed'), 'a sweep as a role that does not exist fails')
   or sweeper_diag($node);
 
 $body = scrape($port, $log);

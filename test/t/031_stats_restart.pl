@@ -21,18 +21,14 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('stats');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dedup'
-dedup.sweep_enabled = off
-restart_after_crash = on
-});
-$node->start;
+my $node = DedupNode->create('stats', sweeps => 'off',
+	conf => { restart_after_crash => 'on' });
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION dedup;
@@ -169,17 +165,14 @@ is($node->safe_psql('postgres', $counters), 'billing:0/1',
 
 # a backend dies by SIGKILL: the postmaster kills every other process and
 # reinitializes shared memory, as after any crash
-my $launcher = $node->safe_psql('postgres',
-	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'});
+my $launcher = $node->launcher_pid;
 like($launcher, qr/^\d+$/, 'the launcher runs');
 my $victim = $node->background_psql('postgres');
 my $pid = $victim->query_safe('SELECT pg_backend_pid()');
 $offset = -s $node->logfile;
 kill 'KILL', $pid;
 # the launcher too is killed and started again
-$node->poll_query_until('postgres',
-	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'
-	  AND pid <> } . $launcher)
+$node->wait_launcher($launcher)
   or die 'the server did not come back after the crash';
 like(slurp_file($node->logfile, $offset), qr/all server processes terminated; reinitializing/,
 	'the server went through crash recovery');
@@ -218,8 +211,7 @@ is( $node->safe_psql(
 		q{SELECT consumers, sweeper_running FROM dedup_storage}),
 	'2|f',
 	'dedup_storage answers from the table, and shows no sweeper');
-($ret, $out, $err) = $node->psql('postgres',
-	"\\set VERBOSITY verbose\nSELECT dedup_stats_reset()");
+($ret, $out, $err) = $node->psql_verbose('postgres', 'SELECT dedup_stats_reset()');
 like($err, qr/ERROR:  55000: dedup claim counters are not available/,
 	'dedup_stats_reset() refuses clearly without preloading');
 

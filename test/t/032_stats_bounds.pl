@@ -23,23 +23,23 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('bounds');
-$node->init;
 # 64 locks per transaction for 32 backends (10 + 3 autovacuum workers + the
 # launcher + 8 worker processes + 10 WAL senders): a lock table of 2048
 # entries, of which 1024 are preallocated
-$node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'dedup'
-dedup.sweep_enabled = off
-dedup.max_consumers = 10
-max_connections = 10
-max_locks_per_transaction = 64
-});
-$node->start;
+my $node = DedupNode->create(
+	'bounds',
+	sweeps => 'off',
+	conf => {
+		'dedup.max_consumers' => 10,
+		max_connections => 10,
+		max_locks_per_transaction => 64,
+	});
 $node->safe_psql('postgres', 'CREATE EXTENSION dedup');
 
 my $counted = q{SELECT count(*), sum(claims) FROM dedup_stats WHERE claims IS NOT NULL};

@@ -15,18 +15,14 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('versions');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dedup'
-dedup.sweep_enabled = off
-deadlock_timeout = '50ms'
-});
-$node->start;
+my $node = DedupNode->create('versions', sweeps => 'off',
+	conf => { deadlock_timeout => '50ms' });
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION dedup VERSION '1.0';

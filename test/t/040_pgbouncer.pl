@@ -36,30 +36,25 @@
 use strict;
 use warnings;
 
-use File::Path qw(make_path);
-use JSON::PP;
-use PostgreSQL::Test::Cluster;
-use PostgreSQL::Test::Utils;
-use Test::More;
-
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
+use DedupBroker;
+use DedupConsumers;
+use DedupNode;
+use DedupPgbouncer;
+use DedupTools;
+use PostgreSQL::Test::Utils;
+use Test::More;
 
 my $python = require_tools(
 	modules => [ 'pika', 'psycopg2', 'psycopg' ],
 	programs => [ '/usr/sbin/pgbouncer', '/usr/lib/rabbitmq/bin/rabbitmq-server' ]);
-my $timeout = 60;
 my $tmp = PostgreSQL::Test::Utils::tempdir;
 
-my $rmq = start_rabbitmq(dir => "$tmp/rabbitmq", python => $python,
-	timeout => $timeout, nowait => 1);
-BAIL_OUT($rmq->{error}) if $rmq->{error};
+my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
+BAIL_OUT($broker->{error}) if $broker->{error};
 
-my $node = PostgreSQL::Test::Cluster->new('bouncer');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'\nmax_connections = 40");
-$node->start;
+my $node = DedupNode->create('bouncer', conf => { max_connections => 40 });
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 # "applied" also records, per application, the server connection, its
@@ -92,8 +87,7 @@ GRANT ALL ON ALL TABLES IN SCHEMA hostile TO app;
 });
 my $default_path = $node->safe_psql($db, q{SHOW search_path});
 
-ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
-  or BAIL_OUT($rmq->{error});
+$broker->ready_ok;
 
 sub pgbouncer
 {
@@ -116,133 +110,82 @@ sub pgbouncer
 	return $b;
 }
 
-my (%balance, %logs);
+# the consumers of a pool, as role "app", calling dedup.dedup_claim
+sub consumers_of
+{
+	my ($bouncer) = @_;
+	return DedupConsumers->new(python => $python, dir => $tmp,
+		broker => $broker, node => $node, db => $db,
+		host => '127.0.0.1', port => $bouncer->{port});
+}
+my @as_app = ('--user', 'app', '--qualify', 'dedup', '--work-ms', 2);
 
+# $n messages, published (every $twice_every-th one twice: a producer retry)
+my %balance;
 sub publish
 {
 	my ($queue, $prefix, $n, $twice_every) = @_;
-	my (@messages, @copies);
-	for my $i (1 .. $n)
-	{
-		my $m = {
-			message_id => sprintf('%s-%04d', $prefix, $i),
-			account => 1 + $i % 5,
-			amount => 1 + ($i * 37) % 100
-		};
-		push @messages, $m;
-		push @copies, $m;
-		push @copies, $m if $twice_every && $i % $twice_every == 0;   # producer retry
-		$balance{ $m->{account} } += $m->{amount};
-	}
-	my $file = "$tmp/$queue.json";
-	open(my $fh, '>', $file) or die;
-	print $fh encode_json(\@copies);
-	close($fh);
-	my ($rc, $out, $err) =
-	  run_helper($python, $timeout, 'produce', $rmq->{amqp_port}, $queue, $file);
-	is(eval { decode_json($out)->{published} }, scalar(@copies),
-		"$queue: " . scalar(@copies) . " copies of $n messages published and confirmed")
-	  or diag($err);
+	my @messages = payments($prefix, $n);
+	my @copies = map {
+		($_, $twice_every && $_->{message_id} =~ /(\d+)$/ && $1 % $twice_every == 0 ? $_ : ())
+	} @messages;
+	my $sums = balances(@messages);
+	$balance{$_} += $sums->{$_} for keys %$sums;
+	$broker->publish_ok($queue, \@copies,
+		"$queue: " . scalar(@copies) . " copies of $n messages published and confirmed");
 	return (\@messages, \@copies);
-}
-
-sub consumer
-{
-	my ($bouncer, $queue, $worker, $behaviour, $driver, $control) = @_;
-	$logs{$worker} = "$tmp/$worker.log";
-	return start_consumer(
-		$python, $logs{$worker}, 'consume', $rmq->{amqp_port}, $queue,
-		'127.0.0.1', $bouncer->{port}, $db, $worker, $behaviour, $control,
-		'--driver', $driver, '--user', 'app', '--qualify', 'dedup',
-		'--work-ms', 2);
-}
-
-sub noise
-{
-	my ($bouncer, $worker, $control) = @_;
-	$logs{$worker} = "$tmp/$worker.log";
-	return start_consumer($python, $logs{$worker}, 'pool-noise', '127.0.0.1',
-		$bouncer->{port}, $db, $worker, $control, '--user', 'app');
-}
-
-sub deliveries
-{
-	return grep { ($_->{event} // '') eq 'delivery' }
-	  map { read_json_lines($logs{$_}) } @_;
-}
-
-sub ready
-{
-	my ($worker) = @_;
-	return grep { ($_->{event} // '') eq 'ready' } read_json_lines($logs{$worker});
-}
-
-sub drained
-{
-	my ($queue, $copies, @workers) = @_;
-	return wait_until(
-		$timeout,
-		sub {
-			my $acks = grep { $_->{action} eq 'ack' } deliveries(@workers);
-			return 0 if $acks < $copies;
-			my ($rc, $out) =
-			  run_helper($python, $timeout, 'depth', $rmq->{amqp_port}, $queue);
-			my $d = eval { decode_json($out) };
-			return $rc == 0 && $d && $d->{messages} == 0;
-		});
 }
 
 sub finish_noise
 {
-	my ($h, $worker) = @_;
-	my ($code) = stop_consumers($h);
-	is($code, 0, "$worker stopped cleanly") or diag(`cat $logs{$worker}.err`);
-	my ($r) = read_json_lines($logs{$worker});
+	my ($consumers, $h, $worker) = @_;
+	my ($code) = $consumers->stop($h);
+	is($code, 0, "$worker stopped cleanly") or diag($consumers->stderr_of($worker));
+	my ($r) = $consumers->records($worker);
 	return $r // {};
 }
-
-sub sql { return $node->safe_psql($db, $_[0]); }
 
 # ---------------------------------------------------------------------------
 # phase A: a pool that keeps session settings (server_reset_query_always = 0)
 # ---------------------------------------------------------------------------
 
 my $pa = pgbouncer('pgbouncer-a', 0);
+my $ca = consumers_of($pa);
 my ($msgs_a, $copies_a) = publish('payments-a', 'a', 150, 30);
-my $ctl_a = "$tmp/control-a";
-make_path($ctl_a);
-append_to_file("$ctl_a/go", '');
-my $noise_a = noise($pa, 'noise-a', $ctl_a);
-ok(wait_until($timeout, sub { sql(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT current_setting%'}) > 0 }),
+my $ctl_a = $ca->control('control-a');
+signal($ctl_a, 'go');
+my $noise_a = $ca->start_noise('noise-a', $ctl_a, '--user', 'app');
+ok( $node->poll_query_until(
+		$db, q{SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE 'SELECT current_setting%'}),
 	'phase A: the noisy client runs through the pool');
 
 for my $crash ([ 'crash-after-commit', 'die-after-commit', 'psycopg3', 3 ],
 	[ 'crash-before-commit', 'die-before-commit', 'psycopg2', 4 ])
 {
 	my ($worker, $behaviour, $driver, $code) = @$crash;
-	my ($exit) = stop_consumers(consumer($pa, 'payments-a', $worker, $behaviour, $driver, $ctl_a));
-	is($exit, $code, "phase A: $worker ($driver) died as planned (exit code $code)")
-	  or diag(`cat $logs{$worker}.err`);
+	is($ca->run($worker, 'payments-a', $behaviour, $ctl_a, '--driver', $driver, @as_app),
+		$code, "phase A: $worker ($driver) died as planned (exit code $code)")
+	  or diag($ca->stderr_of($worker));
 }
 
-my $ctl_c = "$tmp/control-a-concurrent";
-make_path($ctl_c);
+my $ctl_c = $ca->control('control-a-concurrent');
 my @concurrent = ([ 'nacker', 'nack', 'psycopg3' ],
 	[ 'steady-1', 'steady', 'psycopg2' ], [ 'steady-2', 'steady', 'psycopg3' ]);
-my @h = map { consumer($pa, 'payments-a', $_->[0], $_->[1], $_->[2], $ctl_c) } @concurrent;
-ok(wait_until($timeout, sub { 3 == grep { ready($_->[0]) } @concurrent }),
+my @h = map { $ca->start($_->[0], 'payments-a', $_->[1], $ctl_c, '--driver', $_->[2], @as_app) }
+  @concurrent;
+ok($ca->wait_ready(map { $_->[0] } @concurrent),
 	'phase A: three concurrent consumers connected through pgbouncer');
-append_to_file("$ctl_c/go", '');
+signal($ctl_c, 'go');
 my @workers_a = ('crash-after-commit', 'crash-before-commit', map { $_->[0] } @concurrent);
-ok(drained('payments-a', scalar(@$copies_a), @workers_a),
+ok($ca->wait_drained('payments-a', scalar(@$copies_a), @workers_a),
 	'phase A: queue drained, every copy acked');
-append_to_file("$ctl_c/stop", '');
-append_to_file("$ctl_a/stop", '');
-is(join(',', stop_consumers(@h)), '0,0,0', 'phase A: concurrent consumers stopped cleanly');
-my $noise_res = finish_noise($noise_a, 'noise-a');
+signal($ctl_c, 'stop');
+signal($ctl_a, 'stop');
+is(join(',', $ca->stop(@h)), '0,0,0', 'phase A: concurrent consumers stopped cleanly');
+my $noise_res = finish_noise($ca, $noise_a, 'noise-a');
 cmp_ok($noise_res->{sets} // 0, '>', 0, "phase A: the noisy client set search_path = hostile $noise_res->{sets} times");
 
-my @d = deliveries(@workers_a);
+my @d = $ca->deliveries(@workers_a);
 my $acks = grep { $_->{action} eq 'ack' } @d;
 is($acks, scalar(@$copies_a), 'phase A: each copy acked exactly once');
 my $false = grep { !$_->{claim} && exists $_->{claim} } @d;
@@ -254,7 +197,7 @@ is($died, 1, 'phase A: 1 claimed and died before its commit (crash-before-commit
 cmp_ok($nacked, '>=', 1, "phase A: $nacked committed and nacked");
 is($false, @$copies_a - @$msgs_a + $unacked + $nacked,
 	"phase A: duplicates suppressed ($false) = producer retries (5) + committed-unacked (5) + nacked ($nacked)");
-check_exactly_once(node => $node, db => $db, like => 'a-%', messages => $msgs_a,
+$ca->check_exactly_once(like => 'a-%', messages => $msgs_a,
 	records => 'dedup.processed_messages', balances => \%balance,
 	label => 'phase A');
 
@@ -262,7 +205,7 @@ check_exactly_once(node => $node, db => $db, like => 'a-%', messages => $msgs_a,
 # the pool's two
 for my $w (map { $_->[0] } @concurrent)
 {
-	my ($distinct, $switches) = split /\|/, sql(qq{
+	my ($distinct, $switches) = split /\|/, $node->safe_psql($db, qq{
 SELECT count(DISTINCT backend),
        count(*) FILTER (WHERE backend <> prev)
   FROM (SELECT backend, lag(backend) OVER (ORDER BY split_part(split_part(attempt, ':', 2), '.', 1)::int) AS prev
@@ -270,19 +213,18 @@ SELECT count(DISTINCT backend),
 	cmp_ok($distinct, '>', 1,
 		"phase A: $w\'s transactions ran on $distinct server backends ($switches switches between successive ones)");
 }
-my $all = sql(q{SELECT count(DISTINCT backend) FROM applied WHERE worker IN ('nacker', 'steady-1', 'steady-2')});
+my $all = $node->safe_psql($db, q{SELECT count(DISTINCT backend) FROM applied WHERE worker IN ('nacker', 'steady-1', 'steady-2')});
 cmp_ok($all, '<=', 2, "phase A: three consumers and the noisy client shared $all server connections (pool size 2)");
 
 # the hostile search_path reached the consumers, and misdirected nothing
-my ($leaked, $would) = split /\|/, sql(q{
+my ($leaked, $would) = split /\|/, $node->safe_psql($db, q{
 SELECT count(*) FILTER (WHERE search_path = 'hostile'),
        count(*) FILTER (WHERE unqualified = 'hostile.dedup_claim(text, text)'::regprocedure)
   FROM applied WHERE message_id LIKE 'a-%'});
 # PostgreSQL 18 reports search_path to clients (GUC_REPORT), and pgbouncer
 # then keeps each client's own: another client's SET no longer reaches a
 # transaction; before 18 it does, and the qualified calls must not care
-my $search_path_reported =
-  $node->safe_psql('postgres', 'SHOW server_version_num') >= 180000;
+my $search_path_reported = $node->pg_version >= 18;
 if ($search_path_reported)
 {
 	is($leaked, 0,
@@ -294,10 +236,10 @@ else
 		"phase A: $leaked applications ran on a server connection left with search_path = hostile by another client");
 }
 is($would, $leaked, 'phase A: ... where an unqualified dedup_claim would have been hostile.dedup_claim');
-is(sql(q{SELECT (SELECT count(*) FROM hostile.calls) + (SELECT count(*) FROM hostile.applied)
+is($node->safe_psql($db, q{SELECT (SELECT count(*) FROM hostile.calls) + (SELECT count(*) FROM hostile.applied)
   + (SELECT count(*) FROM hostile.processed_messages) + (SELECT sum(balance) FROM hostile.accounts)}),
 	'0', 'phase A: nothing misdirected: hostile.dedup_claim never called, hostile tables untouched');
-my $stats = sql(q{SELECT claims, duplicates FROM dedup.dedup_stats WHERE consumer = 'ledger'});
+my $stats = $node->safe_psql($db, q{SELECT claims, duplicates FROM dedup.dedup_stats WHERE consumer = 'ledger'});
 is($stats, (@$msgs_a + $died) . "|$false",
 	'phase A: dedup_stats: claims = 150 + 1 rolled back, duplicates = those the consumers saw');
 ok(defined stop_pgbouncer($pa), 'phase A: pgbouncer stopped on SIGTERM');
@@ -308,19 +250,18 @@ ok(defined stop_pgbouncer($pa), 'phase A: pgbouncer stopped on SIGTERM');
 
 my $pb = pgbouncer('pgbouncer-b', 1);
 my ($msgs_b, $copies_b) = publish('payments-b', 'b', 100, 0);
-my $ctl_b = "$tmp/control-b";
-make_path($ctl_b);
-my $noise_b = noise($pb, 'noise-b', $ctl_b);
-my @hb = (consumer($pb, 'payments-b', 'reset-1', 'steady', 'psycopg3', $ctl_b),
-	consumer($pb, 'payments-b', 'reset-2', 'steady', 'psycopg2', $ctl_b));
-ok(wait_until($timeout, sub { 2 == grep { ready($_) } 'reset-1', 'reset-2' }),
-	'phase B: two consumers connected');
-append_to_file("$ctl_b/go", '');
-ok(drained('payments-b', scalar(@$copies_b), 'reset-1', 'reset-2'),
+my $cb = consumers_of($pb);
+my $ctl_b = $cb->control('control-b');
+my $noise_b = $cb->start_noise('noise-b', $ctl_b, '--user', 'app');
+my @hb = ($cb->start('reset-1', 'payments-b', 'steady', $ctl_b, '--driver', 'psycopg3', @as_app),
+	$cb->start('reset-2', 'payments-b', 'steady', $ctl_b, '--driver', 'psycopg2', @as_app));
+ok($cb->wait_ready('reset-1', 'reset-2'), 'phase B: two consumers connected');
+signal($ctl_b, 'go');
+ok($cb->wait_drained('payments-b', scalar(@$copies_b), 'reset-1', 'reset-2'),
 	'phase B: queue drained');
-append_to_file("$ctl_b/stop", '');
-is(join(',', stop_consumers(@hb)), '0,0', 'phase B: consumers stopped cleanly');
-$noise_res = finish_noise($noise_b, 'noise-b');
+signal($ctl_b, 'stop');
+is(join(',', $cb->stop(@hb)), '0,0', 'phase B: consumers stopped cleanly');
+$noise_res = finish_noise($cb, $noise_b, 'noise-b');
 cmp_ok($noise_res->{sets} // 0, '>', 0, "phase B: the noisy client set search_path = hostile $noise_res->{sets} times");
 SKIP:
 {
@@ -329,18 +270,15 @@ SKIP:
 	is($noise_res->{saw_hostile}, 0,
 		'phase B: ... and its next transaction never had it (DISCARD ALL after each transaction)');
 }
-check_exactly_once(node => $node, db => $db, like => 'b-%', messages => $msgs_b,
+$cb->check_exactly_once(like => 'b-%', messages => $msgs_b,
 	records => 'dedup.processed_messages', balances => \%balance,
 	label => 'phase B');
-is(sql(qq{SELECT count(*) FROM applied WHERE message_id LIKE 'b-%' AND search_path <> '$default_path'}),
+is($node->safe_psql($db, qq{SELECT count(*) FROM applied WHERE message_id LIKE 'b-%' AND search_path <> '$default_path'}),
 	'0', "phase B: every consumer transaction ran with search_path = $default_path");
-cmp_ok(sql(q{SELECT min(n) FROM (SELECT count(DISTINCT backend) n FROM applied WHERE message_id LIKE 'b-%' GROUP BY worker) s}),
+cmp_ok($node->safe_psql($db, q{SELECT min(n) FROM (SELECT count(DISTINCT backend) n FROM applied WHERE message_id LIKE 'b-%' GROUP BY worker) s}),
 	'>', 1, 'phase B: each consumer still used several server backends');
 ok(defined stop_pgbouncer($pb), 'phase B: pgbouncer stopped on SIGTERM');
 
-my $stopped = stop_rabbitmq($rmq);
-is($stopped->{status}, 0, 'RabbitMQ stopped cleanly');
-is(scalar(@{ $stopped->{strays} }) + scalar(@{ $stopped->{leftovers} }), 0,
-	'no process of the broker or its epmd left');
+$broker->stop_ok;
 $node->stop;
 done_testing();

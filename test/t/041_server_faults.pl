@@ -13,97 +13,67 @@
 #       broker redelivers it (possibly to another consumer);
 #   crashy (psycopg2): dies on the error, and the test starts a new one: the
 #       broker redelivers every message it had not acked.
-# While they run, after about 80, 180 and 280 applications: every consumer
-# backend is killed (pg_terminate_backend), the server is restarted with
-# pg_ctl -m immediate (crash recovery), the backends are killed again.
+# Once 60, 150 and 240 messages are applied: every consumer backend is
+# killed (pg_terminate_backend), the server is restarted with pg_ctl -m
+# immediate (crash recovery), the backends are killed again.  Each fault
+# waits for the state it needs, not for a moment: a session locks the
+# accounts table, so that the consumers' credits wait, until every consumer
+# (crashy's current generation included) waits with a transaction in
+# flight, at least one of them after its claim; then the fault.
 #
-# Asserted: every fault happened with messages in flight (claims rolled back
-# by it); each consumer reconnected after each fault; then, once the queue
-# is empty: every message applied exactly once and none lost, balances,
-# claims = messages, each copy acked exactly once; per attempt: every claim
-# that returned true was either committed (its attempt is in "applied") or
-# lost to a fault; the duplicates suppressed are exactly the producer's
-# extra copies plus the commits whose reply the fault swallowed; every
-# requeued delivery came back with the redelivered flag and was acked.
+# Asserted: every fault cut each consumer's transaction (claims rolled back
+# by it); crashy died on each; each consumer reconnected after each fault;
+# then, once the queue is empty: every message applied exactly once and none
+# lost, balances, claims = messages, each copy acked exactly once; per
+# attempt: every claim that returned true was either committed (its attempt
+# is in "applied") or lost to a fault; the duplicates suppressed are exactly
+# the producer's extra copies plus the commits whose reply a fault swallowed;
+# every requeued delivery came back with the redelivered flag and was acked.
 #
 use strict;
 use warnings;
 
-use File::Path qw(make_path);
-use JSON::PP;
-use POSIX qw(WNOHANG);
-use PostgreSQL::Test::Cluster;
-use PostgreSQL::Test::Utils;
-use Test::More;
-use Time::HiRes qw(time usleep);
-
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
+use DedupBroker;
+use DedupConsumers;
+use DedupNode;
+use DedupProcess;
+use DedupTools;
+use POSIX qw(WNOHANG);
+use PostgreSQL::Test::Utils;
+use Test::More;
 
 my $python = require_tools(
 	modules => [ 'pika', 'psycopg2', 'psycopg' ],
 	programs => ['/usr/lib/rabbitmq/bin/rabbitmq-server']);
-my $timeout = 60;
 my $tmp = PostgreSQL::Test::Utils::tempdir;
 my $queue = 'payments';
 
-my $rmq = start_rabbitmq(dir => "$tmp/rabbitmq", python => $python,
-	timeout => $timeout, nowait => 1);
-BAIL_OUT($rmq->{error}) if $rmq->{error};
+my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
+BAIL_OUT($broker->{error}) if $broker->{error};
 
-my $node = PostgreSQL::Test::Cluster->new('faults');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'");
-$node->start;
+my $node = DedupNode->create('faults');
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 $node->safe_psql($db, "CREATE EXTENSION dedup;\n" . consumer_tables_sql());
-ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
-  or BAIL_OUT($rmq->{error});
+$broker->ready_ok;
+my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
+	broker => $broker, node => $node, db => $db);
 
-my (@messages, @copies, %copies_of, %balance);
-for my $i (1 .. 400)
-{
-	my $m = {
-		message_id => sprintf('pay-%04d', $i),
-		account => 1 + $i % 5,
-		amount => 1 + ($i * 37) % 100
-	};
-	push @messages, $m;
-	push @copies, $m;
-	push @copies, $m if $i % 50 == 0;
-	$balance{ $m->{account} } += $m->{amount};
-}
-$copies_of{ $_->{message_id} }++ for @copies;
-open(my $fh, '>', "$tmp/messages.json") or die;
-print $fh encode_json(\@copies);
-close($fh);
-my ($rc, $out, $err) = run_helper($python, $timeout, 'produce',
-	$rmq->{amqp_port}, $queue, "$tmp/messages.json");
-is(eval { decode_json($out)->{published} }, 408, '408 copies of 400 messages published')
-  or diag($err);
+my @messages = payments('pay', 400);
+my @copies = map { ($_, $_->{message_id} =~ /(\d+)$/ && $1 % 50 == 0 ? $_ : ()) } @messages;
+$broker->publish_ok($queue, \@copies, '408 copies of 400 messages published');
 
-my $control = "$tmp/control";
-make_path($control);
-append_to_file("$control/go", '');
-my (%logs, @harnesses);
-my @args_common = ($rmq->{amqp_port}, $queue, $node->host, $node->port, $db);
+my $control = $consumers->control('control');
+signal($control, 'go');
+my @common = ('steady', $control, '--work-ms', 20);
+my @harnesses =
+  map { $consumers->start($_->[0], $queue, @common, '--driver', $_->[1], '--on-db-error', $_->[2]) }
+  ([ 'retry-2', 'psycopg2', 'retry' ], [ 'retry-3', 'psycopg3', 'retry' ],
+	[ 'requeue', 'psycopg2', 'requeue' ]);
 
-sub consumer_args
-{
-	my ($worker, $driver, $mode) = @_;
-	$logs{$worker} = "$tmp/$worker.log";
-	return ('consume', @args_common, $worker, 'steady', $control,
-		'--driver', $driver, '--on-db-error', $mode, '--work-ms', 20);
-}
-for ([ 'retry-2', 'psycopg2', 'retry' ], [ 'retry-3', 'psycopg3', 'retry' ],
-	[ 'requeue', 'psycopg2', 'requeue' ])
-{
-	push @harnesses, start_consumer($python, "$tmp/$_->[0].log", consumer_args(@$_));
-}
-
-# crashy: a plain process we restart whenever it dies
+# crashy: a plain process, started again after each fault
 my $generation = 0;
 my $crashy_pid;
 my @crashy_exits;
@@ -111,109 +81,100 @@ my @crashy_exits;
 sub start_crashy
 {
 	$generation++;
-	my $w = "crashy-$generation";
-	my @args = consumer_args($w, 'psycopg2', 'fail');
-	$crashy_pid = spawn_session("$tmp/$w.log", {}, $python, consumer_script(), @args);
+	$crashy_pid = $consumers->spawn("crashy-$generation", $queue, @common,
+		'--driver', 'psycopg2', '--on-db-error', 'fail');
+	return;
 }
-END { kill('KILL', -$crashy_pid) if $crashy_pid; }
+
+# wait for crashy to exit, and keep its exit code
+sub reap_crashy
+{
+	return wait_until(
+		sub {
+			return 0 unless waitpid($crashy_pid, WNOHANG) == $crashy_pid;
+			push @crashy_exits, $? >> 8;
+			return 1;
+		});
+}
 start_crashy();
 
-sub records { return map { read_json_lines($_) } values %logs; }
-
-sub deliveries
-{
-	return grep { ($_->{event} // '') eq 'delivery' } records();
-}
-
-# Is every consumer connected, crashy's current generation included?  A
-# fault is injected only then: a consumer that is still reconnecting from
-# the last one (or, for crashy, still starting) would not see it.
-sub consumers_connected
-{
-	return $node->safe_psql(
-		$db, qq{
-SELECT count(DISTINCT application_name) FROM pg_stat_activity
- WHERE application_name IN ('retry-2', 'retry-3', 'requeue', 'crashy-$generation')}
-	) == 4;
-}
-
-# faults, at applications counted in the database (once every consumer is
-# connected)
+my $consumer_names = q{application_name ~ '^(retry|requeue|crashy)'};
 my @faults = ([ 60, 'terminate' ], [ 150, 'restart' ], [ 240, 'terminate' ]);
-my @done;
-my $drained = 0;
-my $deadline = time() + 120;
-while (time() < $deadline)
+my (@done, $claims_cut);
+for my $fault (@faults)
 {
-	if (waitpid($crashy_pid, WNOHANG) == $crashy_pid)
+	my ($at, $what) = @$fault;
+	$node->poll_query_until($db, "SELECT count(*) >= $at FROM applied")
+	  or die "$at messages were not applied";
+
+	# hold the credits back until every consumer waits, in a transaction
+	my $gate = $node->background_psql($db);
+	$gate->query_safe('BEGIN; LOCK TABLE accounts IN EXCLUSIVE MODE');
+	ok( $node->poll_query_until(
+			$db, qq{
+SELECT count(DISTINCT application_name) = 4 FROM pg_stat_activity
+ WHERE application_name IN ('retry-2', 'retry-3', 'requeue', 'crashy-$generation')
+   AND wait_event_type = 'Lock'}),
+		"$what fault: every consumer, crashy-$generation included, waits in a transaction");
+	# those waiting for the accounts have claimed; any other waits for one of them
+	my ($applied, $claimed) = split /\|/, $node->safe_psql(
+		$db, qq{
+SELECT (SELECT count(*) FROM applied),
+	   (SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		 WHERE $consumer_names AND NOT l.granted
+		   AND l.locktype = 'relation' AND l.relation = 'accounts'::regclass)});
+	$claims_cut += $claimed;
+	if ($what eq 'terminate')
 	{
-		push @crashy_exits, $? >> 8;
-		start_crashy();
+		my $pids = $node->safe_psql($db,
+			"SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE $consumer_names");
+		my $killed = $node->safe_psql($db,
+			"SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid IN ($pids)");
+		$node->poll_query_until($db,
+			"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid IN ($pids)")
+		  or die "the terminated backends did not exit";
+		$gate->query_safe('ROLLBACK');
+		$gate->quit;
+		push @done, [ $what, $applied, $killed, $claimed ];
 	}
-	my $applied = $node->safe_psql($db, 'SELECT count(*) FROM applied');
-	if (@faults && $applied >= $faults[0][0] && consumers_connected())
+	else
 	{
-		my ($at, $what) = @{ shift @faults };
-		if ($what eq 'terminate')
-		{
-			my $killed = $node->safe_psql($db, q{
-SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))
-  FROM pg_stat_activity
- WHERE application_name ~ '^(retry|requeue|crashy)'});
-			push @done, [ $what, $applied, $killed ];
-		}
-		else
-		{
-			$node->stop('immediate');
-			$node->start;
-			push @done, [ $what, $applied, 'all' ];
-		}
-		next;
+		$node->stop('immediate');
+		$node->start;
+		eval { $gate->quit };    # its server is gone
+		push @done, [ $what, $applied, 'all', $claimed ];
 	}
-	if (!@faults)
-	{
-		my $acks = grep { ($_->{action} // '') eq 'ack' } deliveries();
-		if ($acks >= @copies)
-		{
-			my ($rc, $out) = run_helper($python, $timeout, 'depth', $rmq->{amqp_port}, $queue);
-			my $d = eval { decode_json($out) };
-			if ($rc == 0 && $d && $d->{messages} == 0)
-			{
-				$drained = 1;
-				last;
-			}
-		}
-	}
-	usleep(50_000);
+	ok(reap_crashy(), "$what fault: crashy-$generation died");
+	start_crashy();
 }
-ok($drained, 'queue drained, every copy acked')
+ok($consumers->wait_drained($queue, scalar(@copies)), 'queue drained, every copy acked')
   or diag(join('; ', map { "@$_" } @done));
-is(scalar(@done), 3, 'three faults injected: ' . join('; ', map { "$_->[0] at $_->[1] applied ($_->[2] backends)" } @done));
+is(scalar(@done), 3, 'three faults injected: ' . join('; ', map { "$_->[0] at $_->[1] applied ($_->[2] backends, $_->[3] after their claim)" } @done));
 cmp_ok($done[$_][1], '<', 400, "fault $done[$_][0] hit while messages were still flowing") for 0 .. $#done;
 cmp_ok($done[0][2], '>=', 4, 'the first pg_terminate_backend killed every consumer backend');
 
-append_to_file("$control/stop", '');
-is(join(',', stop_consumers(@harnesses)), '0,0,0', 'retry-2, retry-3, requeue stopped cleanly');
-ok(wait_until($timeout, sub { waitpid($crashy_pid, WNOHANG) == $crashy_pid }),
-	"crashy-$generation stopped");
-is(($? >> 8), 0, "crashy-$generation exited cleanly");
-$crashy_pid = undef;
-cmp_ok(scalar(@crashy_exits), '>=', 3, "crashy died on each fault and was restarted (exit codes @crashy_exits)");
+signal($control, 'stop');
+is(join(',', $consumers->stop(@harnesses)), '0,0,0', 'retry-2, retry-3, requeue stopped cleanly');
+ok(reap_crashy(), "crashy-$generation stopped");
+is($crashy_exits[-1], 0, "crashy-$generation exited cleanly");
+pop @crashy_exits;
+ok(@crashy_exits == 3 && !grep({ $_ == 0 } @crashy_exits),
+	"crashy died on each fault and was restarted (exit codes @crashy_exits)");
 
 # ---------------------------------------------------------------------------
 # what the consumers saw
 # ---------------------------------------------------------------------------
 
-my @d = deliveries();
-my %exits = map { $_->{worker} => $_ } grep { ($_->{event} // '') eq 'exit' } records();
+my @d = $consumers->deliveries;
+my %exits = map { $_->{worker} => $_ } grep { ($_->{event} // '') eq 'exit' } $consumers->records;
 for my $w ('retry-2', 'retry-3', 'requeue')
 {
 	cmp_ok($exits{$w}{connects}, '>=', 4, "$w reconnected after each fault ($exits{$w}{connects} connections)");
 }
 my @errors = grep { $_->{action} =~ /^db-error/ } @d;
 my @lost_claims = grep { $_->{claim} } @errors;
-cmp_ok(scalar(@lost_claims), '>=', 1,
-	scalar(@lost_claims) . ' transactions had claimed and were cut by a fault (rolled back)');
+cmp_ok(scalar(@lost_claims), '>=', $claims_cut,
+	scalar(@lost_claims) . " transactions had claimed and were cut by a fault (rolled back), $claims_cut of them waiting for the accounts");
 
 my %in_applied = map { $_ => 1 } split /\n/, $node->safe_psql($db, 'SELECT attempt FROM applied');
 my @true = grep { $_->{claim} } @d;
@@ -245,12 +206,9 @@ is( scalar(grep {
 	scalar(@crashed) . ' deliveries in flight when crashy died: each redelivered by the broker (flag set) and acked');
 note(scalar(@d) . ' deliveries, ' . scalar(@errors) . ' hit a fault');
 
-check_exactly_once(node => $node, db => $db, like => 'pay-%', messages => \@messages,
-	balances => \%balance, label => 'after the faults');
+$consumers->check_exactly_once(like => 'pay-%', messages => \@messages,
+	balances => balances(@messages), label => 'after the faults');
 
-my $stopped = stop_rabbitmq($rmq);
-is($stopped->{status}, 0, 'RabbitMQ stopped cleanly');
-is(scalar(@{ $stopped->{strays} }) + scalar(@{ $stopped->{leftovers} }), 0,
-	'no process of the broker or its epmd left');
+$broker->stop_ok;
 $node->stop;
 done_testing();

@@ -7,8 +7,9 @@
 # "orders.delay", whose messages expire after 1 s and are dead-lettered back
 # to "orders"; a message failing for the 3rd time (its x-death count says how
 # many times it was rejected) is parked in "orders.dlq".  The consumer
-# "ledger" keeps its records for 10 seconds (dedup_set_retention), and the
-# test sweeps (dedup_sweep()) between the phases, with the worker off.
+# "ledger" keeps its records for a day, longer than any replay, until phase
+# C shortens its window to 10 seconds (dedup_set_retention); the test sweeps
+# (dedup_sweep()) between the phases, with the worker off.
 #
 # Phase A: 100 messages by two consumers (psycopg2, psycopg 3):
 #   5 transient: committed, then their post-commit step fails once: retried
@@ -22,8 +23,9 @@
 # Phase B: the account is created, the downstream is back, the DLQ replayed
 #   (still inside the window): the poison messages are applied once, the
 #   downstream ones are duplicates.  Every message of A applied exactly once.
-# Phase C: once the window has passed (polled in the database), 20 new
-#   messages; the sweep deletes exactly the 100 records of A, and a replay of
+# Phase C: the window is 10 seconds; once they have passed (polled in the
+#   database), 20 new messages; the sweep deletes exactly the 100 records of
+#   A, and a replay of
 #   5 messages of A is then processed again: each applied twice.  That is the
 #   documented behaviour (README, Retention): a replay after its record
 #   expired is a first delivery; choose the window longer than any replay.
@@ -31,88 +33,58 @@
 use strict;
 use warnings;
 
-use File::Path qw(make_path);
-use JSON::PP;
-use PostgreSQL::Test::Cluster;
-use PostgreSQL::Test::Utils;
-use Test::More;
-
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
+use DedupBroker;
+use DedupConsumers;
+use DedupNode;
+use DedupProcess;
+use DedupTools;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
 
 my $python = require_tools(
 	modules => [ 'pika', 'psycopg2', 'psycopg' ],
 	programs => ['/usr/lib/rabbitmq/bin/rabbitmq-server']);
-my $timeout = 60;
 my $tmp = PostgreSQL::Test::Utils::tempdir;
 my $queue = 'orders';
-my $window = 10;    # seconds
+my $window = 10;    # seconds, in phase C
 
-my $rmq = start_rabbitmq(dir => "$tmp/rabbitmq", python => $python,
-	timeout => $timeout, nowait => 1);
-BAIL_OUT($rmq->{error}) if $rmq->{error};
+my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
+BAIL_OUT($broker->{error}) if $broker->{error};
 
-my $node = PostgreSQL::Test::Cluster->new('dlq');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'dedup'\ndedup.sweep_enabled = off");
-$node->start;
+my $node = DedupNode->create('dlq', sweeps => 'off');
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 $node->safe_psql($db,
 	"CREATE EXTENSION dedup;\n" . consumer_tables_sql()
-	  . "SELECT dedup_set_retention('ledger', '$window seconds');");
-sub sql { return $node->safe_psql($db, $_[0]); }
+	  . "SELECT dedup_set_retention('ledger', '1 day');");
 
-ok(wait_rabbitmq($rmq)->{ready}, 'RabbitMQ accepts AMQP connections')
-  or BAIL_OUT($rmq->{error});
-my ($rc, $out, $err) = run_helper($python, $timeout, 'declare-retry',
-	$rmq->{amqp_port}, $queue, 1000);
-is($rc, 0, 'orders, orders.delay (1 s TTL, back to orders) and orders.dlq declared') or diag($err);
+$broker->ready_ok;
+ok($broker->declare_retry($queue, 1000),
+	'orders, orders.delay (1 s TTL, back to orders) and orders.dlq declared');
+my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
+	broker => $broker, node => $node, db => $db);
 
-my (%balance, %logs, %kind);
-my $published = 0;
+my (%balance, %kind);
 
-sub publish
+sub count_action
 {
-	my ($label, @messages) = @_;
-	my $file = "$tmp/publish-" . ++$published . '.json';
-	open(my $fh, '>', $file) or die;
-	print $fh encode_json(\@messages);
-	close($fh);
-	my ($rc, $out, $err) = run_helper($python, $timeout, 'produce',
-		$rmq->{amqp_port}, $queue, $file, '--declared');
-	is(eval { decode_json($out)->{published} }, scalar(@messages),
-		"$label: " . scalar(@messages) . ' messages published') or diag($err);
+	my ($action) = @_;
+	return scalar(grep { $_->{action} eq $action } $consumers->deliveries);
 }
-
-sub depth
-{
-	my ($q) = @_;
-	my ($rc, $out) = run_helper($python, $timeout, 'depth', $rmq->{amqp_port}, $q);
-	my $d = eval { decode_json($out) };
-	return $rc == 0 && $d ? $d->{messages} : -1;
-}
-
-sub deliveries
-{
-	return grep { ($_->{event} // '') eq 'delivery' } map { read_json_lines($_) } values %logs;
-}
-
-sub count_action { my $a = shift; return scalar(grep { $_->{action} eq $a } deliveries()); }
 
 # until $acks acks and $parked messages in the DLQ, nothing waiting elsewhere
 sub settled
 {
 	my ($acks, $parked) = @_;
 	return wait_until(
-		$timeout,
 		sub {
 			count_action('ack') >= $acks
-			  && depth('orders.dlq') == $parked
-			  && depth('orders') == 0
-			  && depth('orders.delay') == 0;
+			  && $broker->depth('orders.dlq') == $parked
+			  && $broker->depth('orders') == 0
+			  && $broker->depth('orders.delay') == 0;
 		},
 		0.2);
 }
@@ -134,24 +106,19 @@ for my $i (1 .. 100)
 	push @a, $m;
 }
 
-my $control = "$tmp/control";
-make_path($control);
-append_to_file("$control/downstream-down", '');
-append_to_file("$control/go", '');
-my @h;
-for ([ 'dlx-2', 'psycopg2' ], [ 'dlx-3', 'psycopg3' ])
-{
-	$logs{ $_->[0] } = "$tmp/$_->[0].log";
-	push @h, start_consumer($python, $logs{ $_->[0] }, 'consume', $rmq->{amqp_port},
-		$queue, $node->host, $node->port, $db, $_->[0], 'steady', $control,
-		'--driver', $_->[1], '--max-failures', 3);
-}
+my $control = $consumers->control('control');
+signal($control, 'downstream-down');
+signal($control, 'go');
+my @h = map {
+	$consumers->start($_->[0], $queue, 'steady', $control, '--driver', $_->[1],
+		'--max-failures', 3)
+} ([ 'dlx-2', 'psycopg2' ], [ 'dlx-3', 'psycopg3' ]);
 
 # ---------------------------------------------------------------------------
 # phase A: retries 1 s apart, the DLQ
 # ---------------------------------------------------------------------------
 
-publish('phase A', @a);
+$broker->publish_ok($queue, \@a, 'phase A: 100 messages published', '--declared');
 ok(settled(90, 10), 'phase A: 90 acked, 10 parked in orders.dlq, nothing in orders or orders.delay');
 
 sub of_kind
@@ -166,10 +133,10 @@ my %applied_count;
 sub load_applied
 {
 	%applied_count = ();
-	$applied_count{$_}++ for split /\n/, sql('SELECT message_id FROM applied');
+	$applied_count{$_}++ for split /\n/, $node->safe_psql($db, 'SELECT message_id FROM applied');
 }
 load_applied();
-my @d = deliveries();
+my @d = $consumers->deliveries;
 
 my $t = of_kind('transient', @d);
 is( scalar(grep {
@@ -205,22 +172,21 @@ is( scalar(grep {
 	'phase A: 5 downstream failures: committed once, duplicates on both retries, parked in the DLQ, applied once');
 
 my ($spread, $records) = split /\|/,
-  sql(q{SELECT extract(epoch FROM max(processed_at) - min(processed_at))::numeric(8,1), count(*) FROM processed_messages});
-cmp_ok($spread, '<', $window, "phase A: the records span $spread s, inside the $window s window");
-is(sql('SELECT dedup_sweep()'), '0', 'phase A: a sweep inside the window deletes nothing');
+  $node->safe_psql($db, q{SELECT extract(epoch FROM max(processed_at) - min(processed_at))::numeric(8,1), count(*) FROM processed_messages});
+cmp_ok($spread, '<', 86400, "phase A: the records span $spread s, inside the window of a day");
+is($node->safe_psql($db, 'SELECT dedup_sweep()'), '0', 'phase A: a sweep inside the window deletes nothing');
 is($records, 95, 'phase A: 95 records (the 5 poison claims rolled back)');
 
 # ---------------------------------------------------------------------------
 # phase B: fixed, DLQ replayed inside the window
 # ---------------------------------------------------------------------------
 
-sql('INSERT INTO accounts VALUES (6, 0)');
+$node->safe_psql($db, 'INSERT INTO accounts VALUES (6, 0)');
 unlink("$control/downstream-down");
-($rc, $out, $err) = run_helper($python, $timeout, 'replay', $rmq->{amqp_port}, 'orders.dlq', $queue);
-is($out, qq({"replayed": 10}\n), 'phase B: the 10 parked messages replayed from orders.dlq') or diag($err);
+is($broker->replay('orders.dlq', $queue), 10, 'phase B: the 10 parked messages replayed from orders.dlq');
 ok(settled(100, 0), 'phase B: all 100 acked, DLQ empty');
 load_applied();
-@d = grep { $_->{t} > 0 } deliveries();
+@d = grep { $_->{t} > 0 } $consumers->deliveries;
 $p = of_kind('poison', @d);
 is( scalar(grep { @{ $p->{$_} } == 4 && $p->{$_}[3]{claim} && $p->{$_}[3]{action} eq 'ack' && $applied_count{$_} == 1 } keys %$p),
 	5, 'phase B: the 5 poison messages replayed: claim true, applied once');
@@ -229,51 +195,51 @@ is( scalar(grep { @{ $dn->{$_} } == 4 && !$dn->{$_}[3]{claim} && $dn->{$_}[3]{ac
 	5, 'phase B: the 5 downstream messages replayed: duplicates, not applied again');
 my $false = grep { exists $_->{claim} && !$_->{claim} } @d;
 is($false, 5 + 10 + 5, 'phase B: duplicates suppressed: 5 transient retries + 10 downstream retries + 5 replays');
-($spread) = split /\|/, sql(q{SELECT extract(epoch FROM max(processed_at) - min(processed_at))::numeric(8,1) FROM processed_messages});
-cmp_ok($spread, '<', $window, "phase B: the records span $spread s, still inside the window");
-is(sql('SELECT dedup_sweep()'), '0', 'phase B: a sweep inside the window deletes nothing');
-check_exactly_once(node => $node, db => $db, like => 'o-%', messages => \@a,
+($spread) = split /\|/, $node->safe_psql($db, q{SELECT extract(epoch FROM max(processed_at) - min(processed_at))::numeric(8,1) FROM processed_messages});
+cmp_ok($spread, '<', 86400, "phase B: the records span $spread s, still inside the window of a day");
+is($node->safe_psql($db, 'SELECT dedup_sweep()'), '0', 'phase B: a sweep inside the window deletes nothing');
+$consumers->check_exactly_once(like => 'o-%', messages => \@a,
 	balances => \%balance, label => 'phase B');
 
 # ---------------------------------------------------------------------------
 # phase C: after the window
 # ---------------------------------------------------------------------------
 
-ok( wait_until(
-		$timeout + $window,
-		sub { sql("SELECT now() - max(processed_at) > interval '$window seconds' FROM processed_messages") eq 't' },
-		0.25),
+$node->safe_psql($db, "SELECT dedup_set_retention('ledger', '$window seconds')");
+ok( $node->poll_query_until(
+		$db, "SELECT now() - max(processed_at) > interval '$window seconds' FROM processed_messages"),
 	"phase C: $window s passed since the latest claim");
 my @c = map { { message_id => sprintf('t-%04d', $_), account => 1, amount => 1 } } 1 .. 20;
 $balance{1} += 20;
-publish('phase C', @c);
+$broker->publish_ok($queue, \@c, 'phase C: 20 messages published', '--declared');
 ok(settled(120, 0), 'phase C: 20 new messages acked');
-is(sql('SELECT dedup_sweep()'), '100', 'phase C: the sweep deletes the 100 records of phase A, now outside the window');
-is(sql(q{SELECT count(*) FILTER (WHERE message_id LIKE 'o-%') || '|' || count(*) FROM processed_messages}),
+($spread) = split /\|/, $node->safe_psql($db,
+	q{SELECT extract(epoch FROM max(processed_at) - min(processed_at))::numeric(8,1) FROM processed_messages WHERE message_id LIKE 't-%'});
+cmp_ok($spread, '<', $window, "phase C: the new records span $spread s, inside the $window s window");
+is($node->safe_psql($db, 'SELECT dedup_sweep()'), '100', 'phase C: the sweep deletes the 100 records of phase A, now outside the window');
+is($node->safe_psql($db, q{SELECT count(*) FILTER (WHERE message_id LIKE 'o-%') || '|' || count(*) FROM processed_messages}),
 	'0|20', 'phase C: only the 20 new records are left');
 
 my @late = (grep { $kind{ $_->{message_id} } eq 'plain' } @a)[ 0 .. 4 ];
 $balance{ $_->{account} } += $_->{amount} for @late;
-publish('phase C, a late replay of 5 messages of phase A', @late);
+$broker->publish_ok($queue, \@late,
+	'phase C, a late replay of 5 messages of phase A: 5 messages published', '--declared');
 ok(settled(125, 0), 'phase C: the late replay acked');
 load_applied();
 my %late = map { $_->{message_id} => 1 } @late;
-my @late_d = grep { $late{ $_->{message_id} } && $_->{claim} && $_->{action} eq 'ack' } deliveries();
+my @late_d = grep { $late{ $_->{message_id} } && $_->{claim} && $_->{action} eq 'ack' } $consumers->deliveries;
 is(scalar(@late_d), 10, 'phase C: each replayed message claimed true again (its record had expired)');
 is(scalar(grep { $applied_count{$_} == 2 } keys %late), 5,
 	'phase C: ... and applied a second time: the documented behaviour of a replay after the window');
-check_exactly_once(node => $node, db => $db, like => 't-%', messages => \@c, label => 'phase C, new messages');
-is(sql(q{SELECT count(*), count(DISTINCT message_id) FROM applied WHERE message_id LIKE 'o-%'}),
+$consumers->check_exactly_once(like => 't-%', messages => \@c, label => 'phase C, new messages');
+is($node->safe_psql($db, q{SELECT count(*), count(DISTINCT message_id) FROM applied WHERE message_id LIKE 'o-%'}),
 	'105|100', 'phase C: phase A: 100 messages, 5 of them applied twice (replayed after expiry), the rest once');
-is( sql(q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}),
+is( $node->safe_psql($db, q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}),
 	join(',', map { "$_=$balance{$_}" } sort { $a <=> $b } keys %balance),
 	'phase C: balances include the second application of the late replays');
 
-append_to_file("$control/stop", '');
-is(join(',', stop_consumers(@h)), '0,0', 'consumers stopped cleanly');
-my $stopped = stop_rabbitmq($rmq);
-is($stopped->{status}, 0, 'RabbitMQ stopped cleanly');
-is(scalar(@{ $stopped->{strays} }) + scalar(@{ $stopped->{leftovers} }), 0,
-	'no process of the broker or its epmd left');
+signal($control, 'stop');
+is(join(',', $consumers->stop(@h)), '0,0', 'consumers stopped cleanly');
+$broker->stop_ok;
 $node->stop;
 done_testing();

@@ -31,13 +31,14 @@ use strict;
 use warnings;
 
 use IPC::Run;
-use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest qw(require_tools start_pgbouncer stop_pgbouncer log_from);
+use DedupNode;
+use DedupPgbouncer;
+use DedupTools;
 
 my $jar = '/usr/share/java/postgresql.jar';
 require_tools(programs => [ '/usr/bin/java', '/usr/bin/javac', '/usr/sbin/pgbouncer' ]);
@@ -55,15 +56,8 @@ ok( IPC::Run::run(
 	'DedupConsumer.java compiles without warnings')
   or BAIL_OUT($javac_err);
 
-my $node = PostgreSQL::Test::Cluster->new('jdbc');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'dedup'
-listen_addresses = '127.0.0.1'
-log_statement = 'all'
-});
-$node->start;
+my $node = DedupNode->create('jdbc',
+	conf => { listen_addresses => '127.0.0.1', log_statement => 'all' });
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 $node->safe_psql(
@@ -202,7 +196,7 @@ is(join(',', @lines[ 9, 10 ]), 'claimed d-0010,duplicate d-0002',
 is(scalar(grep { /^claimed / } @lines), 10, 'direct: ... and nothing else claimed');
 balances_ok('direct');
 
-my @names = map { $_->[0] } executions(log_from($node, $offset), 'direct', $claim_sql);
+my @names = map { $_->[0] } executions($node->log_since($offset), 'direct', $claim_sql);
 my $named = $names[4] // '';
 like($named, qr/^S_\d+$/, "direct: the fifth execution of the claim is server-side prepared ($named)");
 is_deeply(\@names, [ ('<unnamed>') x 4, ($named) x 7 ],
@@ -248,7 +242,7 @@ is(sql(q{SELECT count(*) FROM dedup.processed_messages WHERE consumer_name = 'le
 is(sql(q{SELECT claims || '|' || duplicates FROM dedup.dedup_stats WHERE consumer = 'ledger-pool'}),
 	'100|200', 'pool: dedup_stats counts 100 claims and 200 duplicates');
 
-my $log = log_from($node, $offset);
+my $log = $node->log_since($offset);
 for my $c (@pooled)
 {
 	my @e = executions($log, $c->{app}, qr/./);
@@ -281,7 +275,7 @@ if ($tracks)
 	is($second->{code}, 0,
 		"default threshold: pgbouncer $version with max_prepared_statements keeps the second consumer's prepared statements apart")
 	  or diag($second->{err});
-	like(log_from($node, $offset),
+	like($node->log_since($offset),
 		qr/\] default-b LOG:  execute PGBOUNCER_\d+: SELECT dedup\.dedup_claim/,
 		'default threshold: ... under names of its own on the server (PGBOUNCER_n)');
 	balances_ok('default threshold');
@@ -291,7 +285,7 @@ else
 	is($second->{code}, 1, "default threshold: pgbouncer $version: the second consumer failed");
 	like($second->{err}, qr/prepared statement "S_1" already exists \(SQLSTATE 42P05\)/,
 		'default threshold: ... at its first COMMIT, which the first consumer had prepared as S_1 on the same server connection');
-	like(log_from($node, $offset),
+	like($node->log_since($offset),
 		qr/\] default-b ERROR:  prepared statement "S_1" already exists\n.*STATEMENT:  COMMIT\n/,
 		'default threshold: the server says so in its log');
 	%balance = %b_before;

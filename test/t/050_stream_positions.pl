@@ -18,19 +18,16 @@
 use strict;
 use warnings;
 
-use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
+use DedupNode;
 
-my $primary = PostgreSQL::Test::Cluster->new('streams');
-$primary->init(allows_streaming => 1);
 # only dedup's own lines: the statements hold the hostile names below
-$primary->append_conf('postgresql.conf', 'log_statement = none');
-$primary->start;
+my $primary = DedupNode->create('streams', preload => 0,
+	init => { allows_streaming => 1 }, conf => { log_statement => 'none' });
 
 sub sql { return $primary->safe_psql('postgres', $_[0]); }
 
@@ -76,7 +73,7 @@ is( $positions,
 # --- a hot standby ---------------------------------------------------------------
 
 $primary->backup('bkp');
-my $standby = PostgreSQL::Test::Cluster->new('streams_standby');
+my $standby = DedupNode->new('streams_standby');
 $standby->init_from_backup($primary, 'bkp', has_streaming => 1);
 $standby->start;
 sql(q{SELECT dedup_claim_offset('orders-app', 'orders', 0, 42)});
@@ -151,7 +148,7 @@ SELECT txid_current();
 COMMIT;
 }, extra_params => [ '-tA' ]);
 ($xid) = $xid =~ /(\d+)\s*$/;
-my $log = log_from($primary, $offset);
+my $log = $primary->log_since($offset);
 like(
 	$log,
 	qr/LOG:  dedup audit: role 'operator' \(session user 'postgres'\) set the position of consumer 'orders-app' in partition 1 of stream 'orders' to next offset 5 \(it was 13\) in transaction $xid\n/,
@@ -167,12 +164,12 @@ SELECT dedup_set_stream_position(E'evil\nLOG:  dedup audit: forged', E'it''s', 0
 SELECT dedup_forget_stream_positions('orders-app', 'payments');
 SELECT dedup_retire_consumer('audit-app');
 });
-$log = log_from($primary, $offset);
+$log = $primary->log_since($offset);
 like(
 	$log,
 	qr/dedup audit: role 'operator' \(session user 'postgres'\) set the position of consumer E'evil\\nLOG:  dedup audit: forged' in partition 0 of stream 'it''s' to next offset 9 \(it was unset\) in transaction \d+\n/,
 	'hostile names are one-line literals');
-is(occurrences($log, qr/^[^']*LOG:  dedup audit: forged/m),
+is($primary->log_count($offset, qr/^[^']*LOG:  dedup audit: forged/m),
 	0, 'no forged line of its own');
 like(
 	$log,

@@ -19,13 +19,14 @@ use warnings;
 
 use Cwd qw(abs_path);
 use IPC::Run;
-use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use DedupTest;
+use DedupBroker;
+use DedupNode;
+use DedupTools;
 
 my $python = require_tools(
 	modules => [ 'pika', 'psycopg' ],
@@ -34,11 +35,8 @@ my $script = abs_path("$FindBin::Bin/../stream_consumer.py");
 my $count = 120;
 my $last = $count - 1;
 
-my $node = PostgreSQL::Test::Cluster->new('streams_rmq');
-$node->init;
 # preloaded for the counters of dedup_stream_stats
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dedup'");
-$node->start;
+my $node = DedupNode->create('streams_rmq');
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dedup;
@@ -50,11 +48,12 @@ CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
 });
 my $dsn = 'host=' . $node->host . ' port=' . $node->port . ' dbname=postgres';
 
-my $rmq = start_rabbitmq(
+my $broker = DedupBroker->start(
 	dir => PostgreSQL::Test::Utils::tempdir . '/rabbitmq',
 	python => $python);
-BAIL_OUT($rmq->{error}) if $rmq->{error};
-my $port = $rmq->{amqp_port};
+BAIL_OUT($broker->{error}) if $broker->{error};
+$broker->ready_ok;
+my $port = $broker->{amqp_port};
 
 # run test/stream_consumer.py: (exit status, stdout, stderr)
 sub helper
@@ -127,9 +126,9 @@ check_stream('crash-after', 'killed after commit');
 $node->safe_psql('postgres', q{SELECT dedup_stats_reset('ledger')});
 ($rc, $out, $err) = consume('crash-after', 'replayer', '--from', 'first');
 is($rc, 0, 'a replay of the stream from offset 0 runs to its end') or diag($err);
-is(occurrences($out, qr/"claimed": false/), $count,
+is(scalar(() = $out =~ /"claimed": false/g), $count,
 	'... every record of it a replay');
-is(occurrences($out, qr/"claimed": true/), 0, '... none claimed again');
+is(scalar(() = $out =~ /"claimed": true/g), 0, '... none claimed again');
 check_stream('crash-after', 'after the replay');
 is( $node->safe_psql(
 		'postgres',
@@ -161,7 +160,7 @@ for my $w (@workers)
 	ok($ok && $h->result(0) == 0, 'both consumers of the shared stream finish')
 	  or diag($$e . ($@ // ''));
 }
-my $claimed = occurrences(${ $workers[0][1] } . ${ $workers[1][1] }, qr/"claimed": true/);
+my $claimed = () = (${ $workers[0][1] } . ${ $workers[1][1] }) =~ /"claimed": true/g;
 is($claimed, $count, 'between them, each record claimed once');
 check_stream('shared', 'two consumers at once');
 
@@ -174,5 +173,5 @@ is( $node->safe_psql(
 	join(',', map { "$_=$balance{$_}" } 1 .. 5),
 	'the balances are the sums of the three streams, each applied once');
 
-stop_rabbitmq($rmq);
+$broker->stop_ok;
 done_testing();

@@ -1,0 +1,367 @@
+#
+# test/perl/DedupNode.pm: the TAP tests' cluster, a PostgreSQL::Test::Cluster
+# with dedup's settings and dedup's waits, so that a test file states only
+# what is particular to it.  Works with the TAP modules of PostgreSQL 15, 17
+# and 18 (it overrides nothing of the base class, whose constructor is
+# new($name) in each of them).
+#
+# Run one test (dedup installed in the server that pg_config names, as a user
+# that may create clusters; PROVE_TESTS takes several files, or a glob):
+#
+#   make installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/021_sweeper_lifecycle.pl
+#
+# or as root, installing what the test needs first (test/setup.sh):
+#
+#   sudo test/run.sh REGRESS= ISOLATION= PROVE_TESTS=test/t/021_sweeper_lifecycle.pl
+#
+# Its log is tmp_check/log/regress_log_021_sweeper_lifecycle, its server's
+# tmp_check/log/021_sweeper_lifecycle_<node>.log.  Every wait below gives up
+# after the PostgreSQL test default (PG_TEST_TIMEOUT_DEFAULT, 180 s).
+#
+# The cluster:
+#   DedupNode->create($name, preload => 1, sweeps => PRESET,
+#                     conf => {name => value}, init => {...})
+#                       new, init(%init), dedup's settings and conf (values
+#                       unquoted), start.  preload (default 1): dedup in
+#                       shared_preload_libraries.  sweeps:
+#                         'every second'  dedup.sweep_interval = 1s,
+#                                         dedup.retention = 1h, and the
+#                                         postmaster logs each worker it
+#                                         starts (log_min_messages = debug1)
+#                         'on request'    dedup.retention = 1h, an hour
+#                                         between sweeps: only a wake-up
+#                                         sweeps
+#                         'off'           dedup.sweep_enabled = off
+#                       (none: dedup's defaults)
+#   $node->set_config($name, $value, $shown)
+#                       ALTER SYSTEM SET (RESET for an undef $value), reload;
+#                       ok() once new sessions show $shown
+#   $node->poll_value($db, $query)
+#                       $query's output once it is not empty (undef after
+#                       the timeout)
+#   $node->psql_verbose($db, $sql, %params)
+#                       psql() with the SQLSTATE in every message
+#   $node->psql_fails_like($db, $sql, $re, $name, %params)
+#                       ok() that it fails, with no output, with an error
+#                       matching $re; returns the error
+#
+# Claims, on a database with dedup installed:
+#   DedupNode::LATEST_CLAIM
+#                       the latest claim of add_expired(), a fixed date that
+#                       keeps windows exact
+#   $node->add_expired($db, $consumer, $n)
+#                       $n claims an hour apart, the latest at LATEST_CLAIM:
+#                       with a window of an hour, two stay (m0 and m1)
+#   $node->count_of($db, $consumer, $where)
+#                       the consumer's records (that match $where)
+#   $node->consumer_counts($db, $where)
+#                       every consumer's records (matching $where), as
+#                       "name=n,name=n"
+#
+# The sweeper:
+#   $node->sweep($db)   wake the launcher; once a sweep of $db that started
+#                       afterwards has ended, its outcome (undef if none)
+#   $node->sweep_until($db, $outcome)
+#                       sweep() until a sweep ends with $outcome: true, or
+#                       false after the timeout
+#   $node->wait_sweep_after($db, $since)
+#                       as sweep(), for a sweep started after $since (a
+#                       clock_timestamp() of the server)
+#   $node->watch_sweep($db, $query, $before)
+#                       run $before (SQL, may be empty), wake the launcher and
+#                       watch from inside the server, for what is too short
+#                       for a poll: ($since, the wake-up's clock_timestamp(),
+#                       and the first column of $query once it returns a
+#                       row, '' if a sweep of $db that started after $since
+#                       ended first)
+#   $node->wait_sweeping_stopped($db)
+#                       ok() once no sweep of $db has started for 2.5 s
+#   $node->launcher_pid
+#                       the launcher's pid ('' if none runs)
+#   $node->wait_launcher($old_pid)
+#                       until a launcher other than $old_pid runs: its pid,
+#                       or undef after the timeout
+#
+# The server log (from byte $offset on, e.g. -s $node->logfile):
+#   $node->log_since($offset)
+#   $node->log_count($offset, $re)           matches of $re
+#   $node->wait_log_count($offset, $re, $n)  until $n matches: true, or false
+#                                            after the timeout
+#   $node->sweeper_starts($offset, $db)      sweepers the postmaster started
+#                                            in $db (logged at DEBUG1)
+#   $node->wait_sweeper_starts($offset, $db, $n)
+#   $node->log_entries($offset, $re)         entries (a line and its
+#                                            continuation lines) matching
+#                                            $re, but for the echo of
+#                                            statements and their STATEMENT
+#                                            lines
+#   $node->log_problems($offset)             entries of severity WARNING or
+#                                            worse
+#
+package DedupNode;
+
+use strict;
+use warnings;
+
+use parent 'PostgreSQL::Test::Cluster';
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use DedupProcess qw(wait_until);
+
+use constant LATEST_CLAIM => q{'2024-06-01 12:00:00+00'::timestamptz};
+
+my %SWEEPS = (
+	'every second' => {
+		'dedup.sweep_interval' => '1s',
+		'dedup.retention' => '1h',
+		log_min_messages => 'debug1',
+	},
+	'on request' => {
+		'dedup.sweep_interval' => '1h',
+		'dedup.retention' => '1h',
+	},
+	'off' => { 'dedup.sweep_enabled' => 'off' },
+);
+
+sub create
+{
+	my ($class, $name, %opt) = @_;
+	my $sweeps = $opt{sweeps} // 'dedup defaults';
+	die "no sweeps preset '$sweeps'"
+	  unless $SWEEPS{$sweeps} || !defined $opt{sweeps};
+	my $self = $class->new($name);
+	$self->init(%{ $opt{init} // {} });
+	my %conf = (
+		(($opt{preload} // 1) ? (shared_preload_libraries => 'dedup') : ()),
+		%{ $SWEEPS{$sweeps} // {} },
+		%{ $opt{conf} // {} });
+	$self->append_conf('postgresql.conf',
+		join('', map { "$_ = '$conf{$_}'\n" } sort keys %conf));
+	$self->start;
+	return $self;
+}
+
+sub set_config
+{
+	my ($self, $name, $value, $shown) = @_;
+	$self->safe_psql('postgres',
+		defined $value
+		? "ALTER SYSTEM SET $name = '$value'"
+		: "ALTER SYSTEM RESET $name");
+	$self->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	return ok(
+		$self->poll_query_until('postgres', "SELECT current_setting('$name')", $shown),
+		"$name is now '$shown'");
+}
+
+sub poll_value
+{
+	my ($self, $db, $query) = @_;
+	my ($ret, $out);
+	return wait_until(
+		sub {
+			($ret, $out) = $self->psql($db, $query);
+			return $ret == 0 && $out ne '';
+		}) ? $out : undef;
+}
+
+sub psql_verbose
+{
+	my ($self, $db, $sql, %params) = @_;
+	return $self->psql($db, "\\set VERBOSITY verbose\n$sql", %params);
+}
+
+sub psql_fails_like
+{
+	my ($self, $db, $sql, $re, $name, %params) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my ($ret, $out, $err) = $self->psql_verbose($db, $sql, %params);
+	isnt($ret, 0, "$name: fails");
+	is($out, '', "$name: no result");
+	like($err, $re, "$name: error message");
+	return $err;
+}
+
+sub add_expired
+{
+	my ($self, $db, $consumer, $n) = @_;
+	my $latest = LATEST_CLAIM;
+	$self->safe_psql($db, qq{
+INSERT INTO processed_messages
+SELECT '$consumer', 'm' || i, $latest - i * interval '1 hour'
+  FROM generate_series(0, $n - 1) i});
+	return;
+}
+
+sub count_of
+{
+	my ($self, $db, $consumer, $where) = @_;
+	return $self->safe_psql($db,
+		"SELECT count(*) FROM processed_messages WHERE consumer_name = '$consumer' AND "
+		  . ($where // 'true'));
+}
+
+sub consumer_counts
+{
+	my ($self, $db, $where) = @_;
+	$where //= 'true';
+	return $self->safe_psql($db, qq{
+SELECT coalesce(string_agg(consumer_name || '=' || n, ',' ORDER BY consumer_name), '')
+  FROM (SELECT consumer_name, count(*) AS n FROM processed_messages
+		 WHERE $where GROUP BY consumer_name) s});
+}
+
+# The outcome is read in the same query as the sweep's end, so that a later
+# sweep cannot hide it.
+sub wait_sweep_after
+{
+	my ($self, $db, $since) = @_;
+	return $self->poll_value(
+		$db, qq{
+SELECT last_sweep_outcome FROM dedup_sweeper
+ WHERE last_sweep_start > '$since' AND last_sweep_end >= last_sweep_start
+   AND last_sweep_outcome <> 'running' AND sweeper_pid IS NULL});
+}
+
+sub sweep
+{
+	my ($self, $db) = @_;
+	my $since = $self->safe_psql($db, 'SELECT clock_timestamp()');
+	$self->safe_psql($db, 'SELECT dedup_sweeper_wake()');
+	return $self->wait_sweep_after($db, $since);
+}
+
+sub sweep_until
+{
+	my ($self, $db, $outcome) = @_;
+	return wait_until(sub { ($self->sweep($db) // '') eq $outcome });
+}
+
+sub watch_sweep
+{
+	my ($self, $db, $query, $before) = @_;
+	my $timeout = $PostgreSQL::Test::Utils::timeout_default;
+	my $out = $self->safe_psql(
+		$db, qq{
+CREATE FUNCTION pg_temp.watch(since timestamptz) RETURNS text
+LANGUAGE plpgsql AS \$\$
+DECLARE
+	deadline timestamptz := clock_timestamp() + interval '$timeout s';
+	seen text;
+BEGIN
+	WHILE clock_timestamp() < deadline LOOP
+		PERFORM pg_stat_clear_snapshot();
+		EXECUTE \$q\$ $query \$q\$ INTO seen;
+		IF seen IS NOT NULL THEN
+			RETURN seen;
+		END IF;
+		IF EXISTS (SELECT FROM dedup_sweeper
+					WHERE last_sweep_start > since AND sweeper_pid IS NULL
+					  AND last_sweep_end >= last_sweep_start) THEN
+			RETURN '';
+		END IF;
+	END LOOP;
+	RETURN '';
+END \$\$;
+$before;
+SELECT clock_timestamp() AS since, dedup_sweeper_wake() AS woken \\gset
+SELECT :'since', pg_temp.watch(:'since');
+});
+	return split /\|/, $out, 2;
+}
+
+sub wait_sweeping_stopped
+{
+	my ($self, $db) = @_;
+	return ok(
+		$self->poll_query_until(
+			$db, q{
+SELECT sweeper_pid IS NULL
+   AND clock_timestamp() - last_sweep_start > interval '2.5 s'
+  FROM dedup_sweeper}),
+		"$db: no sweep started for 2.5 s (2.5 intervals): sweeping has stopped");
+}
+
+sub launcher_pid
+{
+	my ($self) = @_;
+	return $self->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'});
+}
+
+sub wait_launcher
+{
+	my ($self, $old_pid) = @_;
+	return $self->poll_value(
+		'postgres', qq{
+SELECT pid FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper launcher' AND pid <> $old_pid});
+}
+
+sub log_since
+{
+	my ($self, $offset) = @_;
+	return slurp_file($self->logfile, $offset);
+}
+
+sub log_count
+{
+	my ($self, $offset, $re) = @_;
+	my $n = () = $self->log_since($offset) =~ /$re/g;
+	return $n;
+}
+
+sub wait_log_count
+{
+	my ($self, $offset, $re, $n) = @_;
+	return wait_until(sub { $self->log_count($offset, $re) >= $n });
+}
+
+sub sweeper_start_re
+{
+	my ($db) = @_;
+	return qr/starting background worker process "dedup sweeper for database \Q$db\E"/;
+}
+
+sub sweeper_starts
+{
+	my ($self, $offset, $db) = @_;
+	return $self->log_count($offset, sweeper_start_re($db));
+}
+
+sub wait_sweeper_starts
+{
+	my ($self, $offset, $db, $n) = @_;
+	return $self->wait_log_count($offset, sweeper_start_re($db), $n);
+}
+
+sub log_entries
+{
+	my ($self, $offset, $re) = @_;
+	my @entries;
+	for my $line (split /\n/, $self->log_since($offset))
+	{
+		if ($line =~ /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d/ || !@entries)
+		{
+			push @entries, $line;
+		}
+		else
+		{
+			$entries[-1] .= "\n$line";
+		}
+	}
+	return grep { /$re/ }
+	  grep { !/^[^\n]*?\[\d+\] (?:\S+ )?(?:LOG:  statement: |STATEMENT:  )/ }
+	  @entries;
+}
+
+sub log_problems
+{
+	my ($self, $offset) = @_;
+	return $self->log_entries($offset,
+		qr/^[^\n]*?\[\d+\] (?:\S+ )?(?:WARNING|ERROR|FATAL|PANIC):/);
+}
+
+1;
