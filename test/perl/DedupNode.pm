@@ -105,7 +105,9 @@ use warnings;
 
 use parent 'PostgreSQL::Test::Cluster';
 
-use PostgreSQL::Test::Utils;
+# nothing imported: Utils' command_ok() and the like would shadow the methods
+# of the same names that the class inherits
+use PostgreSQL::Test::Utils ();
 use Test::More;
 
 use DedupProcess qw(wait_until);
@@ -303,7 +305,7 @@ SELECT pid FROM pg_stat_activity
 sub log_since
 {
 	my ($self, $offset) = @_;
-	return slurp_file($self->logfile, $offset);
+	return PostgreSQL::Test::Utils::slurp_file($self->logfile, $offset);
 }
 
 sub log_count
