@@ -4,6 +4,7 @@
 #   sudo test/setup.sh              PG_MAJOR (default 15) picks the PostgreSQL version
 #   DEDUP_SETUP=packages ...        only install the packages
 #   DEDUP_SETUP=build ...           only build and install dedup
+#   DEDUP_SETUP=none ...            nothing (for callers that ran it already)
 #
 # Idempotent, warnings are errors.  Apart from the packages and the installed
 # extension it leaves the machine as it found it, also when it fails or is
@@ -22,6 +23,7 @@ set -euo pipefail
 
 PG_MAJOR=${PG_MAJOR:-15}
 DEDUP_SETUP=${DEDUP_SETUP:-all}
+[ "$DEDUP_SETUP" != none ] || exit 0
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 required=(
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
