@@ -5,7 +5,8 @@
 #   sudo test/chroot.sh N                  create the chroot, or reuse the cached one
 #   sudo test/chroot.sh N run TREE CMD...  copy TREE (without .git and build
 #                                          products) to /build/dedup in the chroot
-#                                          and run CMD there, as root, in that copy
+#                                          and run CMD there, as root, in that copy,
+#                                          in a network namespace of its own
 #   sudo test/chroot.sh N remove           delete the cached chroot
 #
 # The chroot is debootstrapped from the mirror the host's apt uses and gets
@@ -103,10 +104,11 @@ attach() {
 	cp -L /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
 }
 
+isolate=()	# what in_root runs chroot under
 in_root() {	# in_root ROOT CMD...: run CMD inside, with a clean environment
 	local r=$1
 	shift
-	chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+	"${isolate[@]}" chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 		LANG=C.UTF-8 TERM=dumb DEDUP_IN_CHROOT=1 DEDUP_CHROOT="$r" DEDUP_RUN_ID="$run_id" "$@"
 }
 
@@ -148,12 +150,13 @@ if [ "${1:-}" = remove ]; then
 	exit 0
 fi
 
+command -v debootstrap >/dev/null && command -v ip >/dev/null || {
+	echo "== installing debootstrap iproute2"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap iproute2 >/dev/null
+}
+
 if [ ! -f "$root/.dedup-ready" ]; then
-	command -v debootstrap >/dev/null || {
-		echo "== installing debootstrap"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-	}
 	new=$root.new
 	release "$new"
 	rm -rf "$new"
@@ -196,11 +199,9 @@ if [ "${1:-}" = run ]; then
 		--exclude=./tmp_check_regress --exclude=./output_iso -cf - . |
 		tar -C "$root/build/dedup" -xf -
 	attach "$root"
-	rc=0
-	in_root "$root" bash -c 'cd /build/dedup && exec "$@"' - "$@" || rc=$?
-	# test/run.sh leaves its summary there for the run outside
-	if [ -n "${DEDUP_SUMMARY_COPY:-}" ] && [ -f "$root/build/dedup/.summary" ]; then
-		cp "$root/build/dedup/.summary" "$DEDUP_SUMMARY_COPY"
-	fi
-	exit $rc
+	# a network namespace of its own, with only a loopback interface: the
+	# ports its tests pick cannot clash with those of a run on the host or
+	# in another chroot at the same time
+	isolate=(unshare --net sh -c 'ip link set lo up && exec "$@"' -)
+	in_root "$root" bash -c 'cd /build/dedup && exec "$@"' - "$@"
 fi
