@@ -137,6 +137,8 @@ on_exit() {
 	fi
 }
 trap on_exit EXIT
+trap 'exit 130' INT	# (the EXIT trap runs on these only when they are trapped)
+trap 'exit 143' TERM
 
 mkdir -p "$cache"
 exec 9>"$cache/.$suite.lock"
