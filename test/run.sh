@@ -9,8 +9,8 @@
 # "postgres" and runs "make installcheck" there as that user, in three parts
 # (pg_regress, isolation, TAP) so that a failure in one does not hide the
 # others.  The version the host's Debian ships runs on the host (15 on
-# Debian 12), where test/hygiene.sh checks test/setup.sh first and, after a
-# whole suite, the benchmark harnesses run briefly and test/demo.sh runs;
+# Debian 12), where test/hygiene.sh checks test/setup.sh first and, next to
+# a whole suite, the benchmark harnesses run briefly and test/demo.sh runs;
 # the others run in Debian chroots made and cached by test/chroot.sh (17:
 # trixie, 18: sid).  The versions run at the same time, each printing its
 # lines behind its name; a summary with the time of every part and version
@@ -54,15 +54,12 @@ host_major() {
 # timed WHAT CMD...: run CMD; its result and duration as a summary line
 # ("== result: ..."), which the summary at the end collects
 timed() {
-	local what=$1 start rc=0
+	local what=$1 start rc=0 outcome=passed
 	shift
 	start=$(date +%s)
 	"$@" || rc=$?
-	if [ $rc -eq 0 ]; then
-		echo "== result: $what passed ($(($(date +%s) - start)) s)"
-	else
-		echo "== result: $what FAILED ($(($(date +%s) - start)) s)"
-	fi
+	[ $rc -eq 0 ] || outcome=FAILED
+	echo "== result: $what $outcome ($(($(date +%s) - start)) s)"
 	return $rc
 }
 
@@ -111,11 +108,11 @@ suite() {
 	return 1
 }
 
-# extras N: the benchmark harnesses end to end in a minute (they fail when
-# something is broken, never because of a ratio) and the README's first
-# command (it fails unless every message of its broker run was applied
-# exactly once), against the installed dedup; one after the other, as each
-# takes its own throwaway cluster
+# extras N: the benchmark harnesses end to end (they fail when something is
+# broken, never because of a ratio) and the README's first command (it fails
+# unless every message of its broker run was applied exactly once), against
+# the installed dedup; one after the other: two pg_virtualenv clusters that
+# start at once could take the same port
 extras() {
 	local pg=$1 rc=0
 	export PG_MAJOR=$pg DEDUP_SETUP=none
@@ -141,9 +138,8 @@ job() {
 	local name=$1
 	shift
 	(
-		start=$(date +%s) rc=0
-		"$@" || rc=$?
-		echo "== result: $name: $([ $rc -eq 0 ] && echo passed || echo FAILED) in $(($(date +%s) - start)) s"
+		rc=0
+		timed "$name, in all:" "$@" || rc=$?
 		echo $rc >"$logs/$name.rc"
 	) 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /" >&3
 	return "$(cat "$logs/$name.rc")"
