@@ -90,13 +90,16 @@ suite() {
 		(cd "$work" && timed "PostgreSQL $pg: $name" "${as[@]}" \
 			env PATH="/usr/lib/postgresql/$pg/bin:$PATH" "${require[@]}" \
 			make -s installcheck PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" \
-			PROVE_FLAGS="--timer" "${vars[@]}" "$@") || rc=1
+			PROVE_FLAGS="--timer" "${vars[@]}" "$@") 2>&1 | tee "$work/$name.out" || rc=1
 	done
 	if [ $rc -eq 0 ]; then
 		rm -rf "$work"
 		return 0
 	fi
-	local f
+	local f failed
+	# the TAP files prove's summary names
+	failed=$(sed -n 's|^test/t/\([^ ]*\.pl\) *(Wstat: .*|\1|p' "$work"/*.out | tr '\n' ' ')
+	[ -z "$failed" ] || echo "== result: PostgreSQL $pg: the TAP files that failed: $failed"
 	for f in "$work"/regression.diffs "$work"/output_iso/regression.diffs; do
 		[ -f "$f" ] && { echo "== $f"; cat "$f"; }
 	done
