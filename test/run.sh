@@ -170,10 +170,11 @@ if [ -n "$chroots" ]; then
 		exit 1
 	fi
 	# once, not in each test/chroot.sh
-	if ! command -v debootstrap >/dev/null || ! command -v ip >/dev/null; then
-		echo "== installing debootstrap iproute2"
+	if ! command -v mmdebstrap >/dev/null || ! command -v ip >/dev/null; then
+		echo "== installing mmdebstrap iproute2"
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap iproute2 >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			mmdebstrap iproute2 >/dev/null
 	fi
 fi
 
