@@ -179,7 +179,7 @@ if [ -n "$chroots" ]; then
 fi
 
 # every version at once: the chroots' first, then the host's once it is
-# set up, and next to it, after a whole suite, the extras
+# set up, and next to it, when the whole suite runs, the extras
 exec 3>&1
 for pg in $chroots; do
 	job "PostgreSQL $pg" in_chroot "$pg" "$@" &
