@@ -48,8 +48,22 @@ PG_CPPFLAGS = -I$(srcdir)/src
 # specs each start a temporary instance configured by test/dedup.conf
 REGRESS_OPTS += --temp-instance=./tmp_check_regress --temp-config=$(srcdir)/test/dedup.conf
 ISOLATION_OPTS += --temp-instance=./tmp_check_iso --temp-config=$(srcdir)/test/dedup.conf
-EXTRA_CLEAN = tmp_check_regress/ tmp_check_iso/
+EXTRA_CLEAN = tmp_check_regress/ tmp_check_iso/ tmp_initdb_template/
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PostgreSQL 17 and later: the TAP tests' nodes copy one cluster made by
+# initdb at the start instead of each running initdb (as PostgreSQL's own
+# "make check" does)
+ifneq ($(TAP_TESTS),)
+ifeq ($(shell test $(MAJORVERSION) -ge 17 && echo yes),yes)
+export INITDB_TEMPLATE = $(CURDIR)/tmp_initdb_template
+installcheck: initdb-template
+.PHONY: initdb-template
+initdb-template:
+	rm -rf '$(INITDB_TEMPLATE)'
+	'$(bindir)/initdb' -D '$(INITDB_TEMPLATE)' -A trust -N --no-instructions >/dev/null
+endif
+endif

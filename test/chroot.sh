@@ -5,10 +5,11 @@
 #   sudo test/chroot.sh N                  create the chroot, or reuse the cached one
 #   sudo test/chroot.sh N run TREE CMD...  copy TREE (without .git and build
 #                                          products) to /build/dedup in the chroot
-#                                          and run CMD there, as root, in that copy
+#                                          and run CMD there, as root, in that copy,
+#                                          in a network namespace of its own
 #   sudo test/chroot.sh N remove           delete the cached chroot
 #
-# The chroot is debootstrapped from the mirror the host's apt uses and gets
+# The chroot is made by mmdebstrap from the mirror the host's apt uses and gets
 # the packages test/setup.sh installs (a package the suite lacks is skipped,
 # and so are the tests that need it).  It is cached in
 # /var/cache/dedup-chroots/<suite> (DEDUP_CHROOT_CACHE to change) and reused
@@ -73,8 +74,8 @@ run_id=dedup-chroot-$$-$RANDOM$RANDOM
 release() {
 	local r=$1 p pids=() m
 	[ -d "$r" ] || return 0
-	for p in /proc/[0-9]*; do
-		[ "$(readlink "$p/root" 2>/dev/null)" = "$r" ] || continue
+	# (one find, not a readlink for each process: forks are dear on a busy machine)
+	for p in $(find /proc -mindepth 2 -maxdepth 2 -name root -lname "$r" -printf '%h\n' 2>/dev/null); do
 		tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -x "DEDUP_RUN_ID=$run_id" >/dev/null &&
 			pids+=("${p#/proc/}")
 	done
@@ -97,16 +98,17 @@ attach() {
 	mount -t tmpfs -o mode=1777,nosuid,nodev shm "$r/dev/shm"
 	local d
 	for d in null zero full random urandom tty; do
-		# debootstrap creates the nodes; inside some containers it cannot
+		# mmdebstrap creates the nodes; inside some containers it cannot
 		[ -c "$r/dev/$d" ] || { rm -f "$r/dev/$d"; touch "$r/dev/$d"; mount --bind "/dev/$d" "$r/dev/$d"; }
 	done
 	cp -L /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
 }
 
+isolate=()	# what in_root runs chroot under
 in_root() {	# in_root ROOT CMD...: run CMD inside, with a clean environment
 	local r=$1
 	shift
-	chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+	"${isolate[@]}" chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 		LANG=C.UTF-8 TERM=dumb DEDUP_IN_CHROOT=1 DEDUP_CHROOT="$r" DEDUP_RUN_ID="$run_id" "$@"
 }
 
@@ -121,6 +123,7 @@ provision() {
 	mkdir "$r/build/setup" "$r/build/setup/test"
 	cp "$here/setup.sh" "$r/build/setup/test/"
 	in_root "$r" env PG_MAJOR="$pg" DEDUP_SETUP=packages bash /build/setup/test/setup.sh
+	sync -f "$r"	# what dpkg wrote without syncing, before the chroot counts as ready
 	rm -rf "$r/build/setup"
 	in_root "$r" apt-get clean
 	stamp >"$r/.dedup-ready"
@@ -135,6 +138,8 @@ on_exit() {
 	fi
 }
 trap on_exit EXIT
+trap 'exit 130' INT	# (the EXIT trap runs on these only when they are trapped)
+trap 'exit 143' TERM
 
 mkdir -p "$cache"
 exec 9>"$cache/.$suite.lock"
@@ -148,12 +153,14 @@ if [ "${1:-}" = remove ]; then
 	exit 0
 fi
 
+command -v mmdebstrap >/dev/null && command -v ip >/dev/null || {
+	echo "== installing mmdebstrap iproute2"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		mmdebstrap iproute2 >/dev/null
+}
+
 if [ ! -f "$root/.dedup-ready" ]; then
-	command -v debootstrap >/dev/null || {
-		echo "== installing debootstrap"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-	}
 	new=$root.new
 	release "$new"
 	rm -rf "$new"
@@ -161,11 +168,14 @@ if [ ! -f "$root/.dedup-ready" ]; then
 	echo "== creating the $suite chroot (PostgreSQL $pg) in $root from $mirror"
 	start=$(date +%s)
 	for attempt in 1 2; do	# once more if the network hiccups
-		debootstrap --variant=minbase --components=main "$suite" "$new" "$mirror" \
-			>"$cache/$suite-debootstrap.log" 2>&1 && break
-		tail -n 30 "$cache/$suite-debootstrap.log" >&2
+		# the base system in one apt run (several times faster than
+		# debootstrap), dpkg not syncing each file it writes (for the
+		# packages too: the option stays in the chroot)
+		mmdebstrap --variant=minbase --components=main --dpkgopt=force-unsafe-io \
+			"$suite" "$new" "$mirror" >"$cache/$suite-mmdebstrap.log" 2>&1 && break
+		tail -n 30 "$cache/$suite-mmdebstrap.log" >&2
 		[ $attempt = 1 ] || exit 1
-		echo "== debootstrap failed, once more" >&2
+		echo "== mmdebstrap failed, once more" >&2
 		release "$new"
 		rm -rf "$new"
 	done
@@ -177,7 +187,7 @@ if [ ! -f "$root/.dedup-ready" ]; then
 	mv "$new" "$root"
 	cleanup_new=
 	end=$(date +%s)
-	echo "== $suite chroot ready: debootstrap $((mid - start)) s, packages $((end - mid)) s"
+	echo "== $suite chroot ready: base system $((mid - start)) s, packages $((end - mid)) s"
 elif [ "$(cat "$root/.dedup-ready")" != "$(stamp)" ]; then
 	echo "== the $suite chroot predates test/setup.sh's package list: completing it"
 	attach "$root"
@@ -196,11 +206,9 @@ if [ "${1:-}" = run ]; then
 		--exclude=./tmp_check_regress --exclude=./output_iso -cf - . |
 		tar -C "$root/build/dedup" -xf -
 	attach "$root"
-	rc=0
-	in_root "$root" bash -c 'cd /build/dedup && exec "$@"' - "$@" || rc=$?
-	# test/run.sh leaves its summary there for the run outside
-	if [ -n "${DEDUP_SUMMARY_COPY:-}" ] && [ -f "$root/build/dedup/.summary" ]; then
-		cp "$root/build/dedup/.summary" "$DEDUP_SUMMARY_COPY"
-	fi
-	exit $rc
+	# a network namespace of its own, with only a loopback interface: the
+	# ports its tests pick cannot clash with those of a run on the host or
+	# in another chroot at the same time
+	isolate=(unshare --net sh -c 'ip link set lo up && exec "$@"' -)
+	in_root "$root" bash -c 'cd /build/dedup && exec "$@"' - "$@"
 fi

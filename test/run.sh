@@ -6,17 +6,21 @@
 # Default --pg 15.  For each version: installs the packages it needs
 # (test/setup.sh), builds with warnings as errors and installs dedup, copies
 # the tree to a temporary directory owned by the unprivileged user
-# "postgres" and runs "make installcheck" there as that user: pg_regress
-# (sql/, expected/) and the isolation specs (test/isolation/) on temporary
-# instances configured by test/dedup.conf, the TAP tests (test/t/) on their
-# own clusters.  The version the host's Debian ships runs on the host (15 on
-# Debian 12); the others run in Debian chroots made and cached by
-# test/chroot.sh (15: bookworm, 17: trixie, 18: sid).  As root, the whole
-# suite must run: a TAP test whose tools (RabbitMQ, pgbouncer, psycopg, the
-# exporter) a suite does not have fails (DEDUP_REQUIRE_TOOLS).  MAKE_ARGS go to
-# make installcheck (e.g. REGRESS=claim ISOLATION= PROVE_TESTS=test/t/011_claim_dump_restore.pl).
-# Exits non-zero if anything fails, printing the differences and logs.
-# Without root it runs against what is installed, as the current user.
+# "postgres" and runs "make installcheck" there as that user, in three parts
+# (pg_regress, isolation, TAP) so that a failure in one does not hide the
+# others.  The version the host's Debian ships runs on the host (15 on
+# Debian 12), where test/hygiene.sh checks test/setup.sh first and, next to
+# a whole suite, the benchmark harnesses run briefly and test/demo.sh runs;
+# the others run in Debian chroots made and cached by test/chroot.sh (17:
+# trixie, 18: sid).  The versions run at the same time, each printing its
+# lines behind its name; a summary with the time of every part and version
+# ends the run.  As root, the whole suite must run: a TAP test whose tools
+# (RabbitMQ, pgbouncer, psycopg, the exporter) are missing fails
+# (DEDUP_REQUIRE_TOOLS).  MAKE_ARGS go to one "make installcheck" (e.g.
+# REGRESS=claim ISOLATION= PROVE_TESTS=test/t/011_claim_dump_restore.pl).
+# Exits non-zero if anything fails, printing the differences and logs and
+# keeping the failed run's directory.  Without root it runs the host's
+# version against what is installed, as the current user.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +31,14 @@ case ${1:-} in
 esac
 [ "$versions" = all ] && versions="15 17 18"
 versions=${versions//,/ }
+for pg in $versions; do
+	case $pg in
+	15 | 17 | 18) ;;
+	*) echo "test/run.sh: PostgreSQL $pg is not supported (15, 17, 18)" >&2; exit 2 ;;
+	esac
+done
+root=
+[ "$(id -u)" -ne 0 ] || root=1
 
 # the version the host's Debian ships (runs here, not in a chroot)
 host_major() {
@@ -39,153 +51,163 @@ host_major() {
 	esac
 }
 
-# run_here N MAKE_ARGS...: the suite for PostgreSQL N on this system
-run_here() {
+# timed WHAT CMD...: run CMD; its result and duration as a summary line
+# ("== result: ..."), which the summary at the end collects
+timed() {
+	local what=$1 start rc=0 outcome=passed
+	shift
+	start=$(date +%s)
+	"$@" || rc=$?
+	[ $rc -eq 0 ] || outcome=FAILED
+	echo "== result: $what $outcome ($(($(date +%s) - start)) s)"
+	return $rc
+}
+
+# suite N MAKE_ARGS...: make installcheck for PostgreSQL N on this system,
+# in a private copy of the tree the tests may write into
+suite() {
 	local pg=$1
 	shift
-	local pg_config=/usr/lib/postgresql/$pg/bin/pg_config as=() hygiene_failed= require=()
-	if [ "$(id -u)" -eq 0 ]; then
-		# test/setup.sh (packages, build, install), checking that it leaves
-		# the machine and the checkout as they were; in a chroot made by
-		# test/chroot.sh the packages are there already
-		local setup=all hrc=0
-		[ -z "${DEDUP_IN_CHROOT:-}" ] || setup=build
-		PG_MAJOR=$pg DEDUP_SETUP=$setup "$top/test/hygiene.sh" || hrc=$?
-		case $hrc in
-		0) echo "PostgreSQL $pg: setup hygiene passed" >>"$summary" ;;
-		1) echo "PostgreSQL $pg: setup hygiene FAILED" >>"$summary"; hygiene_failed=1 ;;
-		*)	# no build, nothing to test
-			echo "PostgreSQL $pg: setup (packages, build -Werror, install) FAILED" >>"$summary"
-			return 1 ;;
-		esac
+	local as=() require=() work
+	if [ -n "$root" ]; then
 		as=(runuser -u postgres --)
 		require=(DEDUP_REQUIRE_TOOLS=1)
 	fi
-
-	# a private copy the tests may write into (results/, tmp_check*/)
 	work=$(mktemp -d /tmp/dedup-test.XXXXXX)
 	tar -C "$top" --exclude=.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
 		--exclude=./results --exclude=./tmp_check --exclude=./tmp_check_iso \
 		--exclude=./tmp_check_regress --exclude=./output_iso -cf - . | tar -C "$work" -xf -
-	[ "$(id -u)" -eq 0 ] && chown -R postgres: "$work"
+	[ -z "$root" ] || chown -R postgres: "$work"
 
-	# the three parts of make installcheck one after the other, so that a
-	# failure in one does not hide the others (MAKE_ARGS: one make run)
+	# the three parts one after the other (MAKE_ARGS: one make run)
 	local parts=("pg_regress:ISOLATION= TAP_TESTS=" "isolation:REGRESS= TAP_TESTS=" "TAP:REGRESS= ISOLATION=")
 	[ $# -eq 0 ] || parts=("installcheck:")
 	local part name vars rc=0
 	for part in "${parts[@]}"; do
 		name=${part%%:*}
 		read -r -a vars <<<"${part#*:}"
-		echo "== PostgreSQL $pg: make installcheck ($name) in $work"
-		if (cd "$work" && "${as[@]}" env PATH="/usr/lib/postgresql/$pg/bin:$PATH" "${require[@]}" \
-			make -s installcheck PG_CONFIG="$pg_config" PROVE_FLAGS="--timer" \
-			"${vars[@]}" "$@"); then
-			echo "PostgreSQL $pg: $name passed" >>"$summary"
-		else
-			echo "PostgreSQL $pg: $name FAILED" >>"$summary"
-			rc=1
-		fi
+		echo "== make installcheck ($name) in $work"
+		(cd "$work" && timed "PostgreSQL $pg: $name" "${as[@]}" \
+			env PATH="/usr/lib/postgresql/$pg/bin:$PATH" "${require[@]}" \
+			make -s installcheck PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" \
+			PROVE_FLAGS="--timer" "${vars[@]}" "$@") 2>&1 | tee "$work/$name.out" || rc=1
 	done
-	# on the host only: the benchmark harnesses end to end in a minute (they
-	# fail when something is broken, never because of a ratio), and
-	# the README's first command (it fails unless every message of its
-	# broker run was applied exactly once)
-	if [ $# -eq 0 ] && [ -z "${DEDUP_IN_CHROOT:-}" ] && [ "$(id -u)" -eq 0 ]; then
-		echo "== PostgreSQL $pg: benchmark smoke run"
-		if PG_BIN=/usr/lib/postgresql/$pg/bin PGPORT=54339 "$top/test/bench/run.sh" --smoke &&
-			PG_MAJOR=$pg "$top/test/bench/instructions.sh" 100; then
-			echo "PostgreSQL $pg: benchmark smoke run passed" >>"$summary"
-		else
-			echo "PostgreSQL $pg: benchmark smoke run FAILED" >>"$summary"
-			rc=1
-		fi
-		echo "== PostgreSQL $pg: the demo (test/demo.sh)"
-		if PG_MAJOR=$pg PGPORT=54349 "$top/test/demo.sh"; then
-			echo "PostgreSQL $pg: demo passed" >>"$summary"
-		else
-			echo "PostgreSQL $pg: demo FAILED" >>"$summary"
-			rc=1
-		fi
+	if [ $rc -eq 0 ]; then
+		rm -rf "$work"
+		return 0
 	fi
-	[ -z "${hygiene_failed:-}" ] || rc=1
-	if [ $rc -ne 0 ]; then
-		for f in "$work"/regression.diffs "$work"/output_iso/regression.diffs; do
-			[ -f "$f" ] && { echo "== $f"; cat "$f"; }
-		done
-		for f in "$work"/tmp_check/log/regress_log_*; do
-			[ -f "$f" ] && grep -Eq '^\[[0-9:.]+\]\([0-9.]+s\) not ok|Bail out!' "$f" &&
-				{ echo "== tail of $f"; tail -n 60 "$f"; }
-		done
-		echo "== PostgreSQL $pg: the failed run is kept in ${DEDUP_CHROOT:+$DEDUP_CHROOT}$work"
-		work=	# not removed
-	fi
+	local f failed
+	# the TAP files prove's summary names
+	failed=$(sed -n 's|^test/t/\([^ ]*\.pl\) *(Wstat: .*|\1|p' "$work"/*.out | tr '\n' ' ')
+	[ -z "$failed" ] || echo "== result: PostgreSQL $pg: the TAP files that failed: $failed"
+	for f in "$work"/regression.diffs "$work"/output_iso/regression.diffs; do
+		[ -f "$f" ] && { echo "== $f"; cat "$f"; }
+	done
+	for f in "$work"/tmp_check/log/regress_log_*; do
+		[ -f "$f" ] && grep -Eq '^\[[0-9:.]+\]\([0-9.]+s\) not ok|Bail out!' "$f" &&
+			{ echo "== tail of $f"; tail -n 60 "$f"; }
+	done
+	echo "== the failed run is kept in ${DEDUP_CHROOT:-}$work"
+	return 1
+}
+
+# extras N: the benchmark harnesses end to end (they fail when something is
+# broken, never because of a ratio) and the README's first command (it fails
+# unless every message of its broker run was applied exactly once), against
+# the installed dedup; one after the other: two pg_virtualenv clusters that
+# start at once could take the same port
+extras() {
+	local pg=$1 rc=0
+	export PG_MAJOR=$pg DEDUP_SETUP=none
+	timed "PostgreSQL $pg: benchmark smoke run" "$top/test/bench/run.sh" --smoke || rc=1
+	timed "PostgreSQL $pg: instructions per key" "$top/test/bench/instructions.sh" 100 || rc=1
+	timed "PostgreSQL $pg: demo" "$top/test/demo.sh" || rc=1
 	return $rc
 }
 
-summary=$(mktemp /tmp/dedup-summary.XXXXXX)
-work=
-cleanup() { rm -rf "$summary" "$summary.in" ${work:+"$work"}; }
-trap cleanup EXIT
+# in_chroot N MAKE_ARGS...: PostgreSQL N in its chroot (made or checked
+# first), where this script runs again: build and install, then the suite
+in_chroot() {
+	local pg=$1
+	shift
+	timed "PostgreSQL $pg: chroot" "$top/test/chroot.sh" "$pg" || return 1
+	"$top/test/chroot.sh" "$pg" run "$top" bash test/run.sh --pg "$pg" "$@"
+}
 
-for pg in $versions; do
-	case $pg in
-	15 | 17 | 18) ;;
-	*) echo "test/run.sh: PostgreSQL $pg is not supported (15, 17, 18)" >&2; exit 2 ;;
-	esac
-done
+# job NAME CMD...: CMD with its output behind "[NAME] " on the standard
+# output (fd 3), kept in $logs/NAME.log, its exit status in $logs/NAME.rc
+# and returned
+job() {
+	local name=$1
+	shift
+	(
+		rc=0
+		timed "$name, in all:" "$@" || rc=$?
+		echo $rc >"$logs/$name.rc"
+	) 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /" >&3
+	return "$(cat "$logs/$name.rc")"
+}
 
-# the chroots the other versions need, made (or checked) in parallel first
-if [ -z "${DEDUP_IN_CHROOT:-}" ]; then
-	if [ "$(id -u)" -eq 0 ] && ! command -v debootstrap >/dev/null &&
-		[ -n "$(for pg in $versions; do [ "$pg" = "$(host_major)" ] || echo "$pg"; done)" ]; then
-		echo "== installing debootstrap"	# once, not in each parallel test/chroot.sh
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-	fi
-	pids=()
-	for pg in $versions; do
-		[ "$pg" = "$(host_major)" ] && continue
-		if [ "$(id -u)" -ne 0 ]; then
-			echo "test/run.sh: PostgreSQL $pg runs in a chroot: run me as root" >&2
-			exit 1
-		fi
-		"$top/test/chroot.sh" "$pg" > >(sed -u "s/^/[chroot $pg] /") 2>&1 &
-		pids+=($!)
-	done
-	for p in ${pids[@]+"${pids[@]}"}; do
-		wait "$p" || { echo "test/run.sh: making a chroot failed" >&2; exit 1; }
-	done
+# inside a chroot: the packages are there; test/setup.sh's hygiene is
+# checked on the host
+if [ -n "${DEDUP_IN_CHROOT:-}" ]; then
+	timed "PostgreSQL $versions: build -Werror, install" \
+		env PG_MAJOR="$versions" DEDUP_SETUP=build "$top/test/setup.sh"
+	suite "$versions" "$@"
+	exit
 fi
+
+logs=$(mktemp -d /tmp/dedup-run.XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+began=$(date +%s)
+here= chroots=
+for pg in $versions; do
+	if [ "$pg" = "$(host_major)" ]; then here=$pg; else chroots+=" $pg"; fi
+done
+if [ -n "$chroots" ]; then
+	if [ -z "$root" ]; then
+		echo "test/run.sh: PostgreSQL$chroots run in chroots: run me as root" >&2
+		exit 1
+	fi
+	# once, not in each test/chroot.sh
+	if ! command -v mmdebstrap >/dev/null || ! command -v ip >/dev/null; then
+		echo "== installing mmdebstrap iproute2"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			mmdebstrap iproute2 >/dev/null
+	fi
+fi
+
+# every version at once: the chroots' first, then the host's once it is
+# set up, and next to it, when the whole suite runs, the extras
+exec 3>&1
+for pg in $chroots; do
+	job "PostgreSQL $pg" in_chroot "$pg" "$@" &
+done
+if [ -n "$here" ]; then
+	hrc=0
+	[ -z "$root" ] || job "PostgreSQL $here setup" env PG_MAJOR="$here" "$top/test/hygiene.sh" || hrc=$?
+	if [ $hrc -le 1 ]; then	# 2: no build, nothing to test
+		job "PostgreSQL $here" suite "$here" "$@" &
+		[ $# -ne 0 ] || [ -z "$root" ] || job "PostgreSQL $here extras" extras "$here" &
+	fi
+fi
+wait
 
 failed=0
 for pg in $versions; do
-	start=$(date +%s)
-	rc=0
-	if [ -n "${DEDUP_IN_CHROOT:-}" ] || [ "$pg" = "$(host_major)" ]; then
-		run_here "$pg" "$@" || rc=$?
-		rm -rf "$work"
-		work=
-	else
-		DEDUP_SUMMARY_COPY=$summary.in "$top/test/chroot.sh" "$pg" run "$top" \
-			bash test/run.sh --pg "$pg" "$@" || rc=$?
-		# the parts' results from inside
-		[ -f "$summary.in" ] && grep -v ': \(passed\|FAILED\) (' "$summary.in" >>"$summary"
-		rm -f "$summary.in"
-	fi
-	took=$(($(date +%s) - start))
-	if [ $rc -eq 0 ]; then
-		echo "PostgreSQL $pg: passed (${took} s)" >>"$summary"
-	else
-		echo "PostgreSQL $pg: FAILED (${took} s)" >>"$summary"
-		failed=1
-	fi
+	[ "$(cat "$logs/PostgreSQL $pg.rc" 2>/dev/null)" = 0 ] || failed=1
 done
-
-# inside a chroot, test/chroot.sh hands the summary to the outer run
-[ -n "${DEDUP_IN_CHROOT:-}" ] && cp "$summary" "$top/.summary"
+for f in "$logs"/*.rc; do
+	[ "$(cat "$f")" = 0 ] || failed=1
+done
 echo "== summary"
-sed 's/^/== /' "$summary"
+for pg in $versions; do
+	for f in "PostgreSQL $pg setup" "PostgreSQL $pg" "PostgreSQL $pg extras"; do
+		[ ! -f "$logs/$f.log" ] || sed -n 's/^== result: /== /p' "$logs/$f.log"
+	done
+done
+echo "== $(($(date +%s) - began)) s in all"
 if [ $failed -ne 0 ]; then
 	echo "== FAILED"
 	exit 1

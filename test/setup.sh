@@ -4,6 +4,7 @@
 #   sudo test/setup.sh              PG_MAJOR (default 15) picks the PostgreSQL version
 #   DEDUP_SETUP=packages ...        only install the packages
 #   DEDUP_SETUP=build ...           only build and install dedup
+#   DEDUP_SETUP=none ...            nothing (for callers that ran it already)
 #
 # Idempotent, warnings are errors.  Apart from the packages and the installed
 # extension it leaves the machine as it found it, also when it fails or is
@@ -22,17 +23,20 @@ set -euo pipefail
 
 PG_MAJOR=${PG_MAJOR:-15}
 DEDUP_SETUP=${DEDUP_SETUP:-all}
+[ "$DEDUP_SETUP" != none ] || exit 0
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 required=(
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-	build-essential libipc-run-perl rsync
+	build-essential libipc-run-perl
 )
 optional=(
 	python3-psycopg2
 	prometheus-postgres-exporter prometheus rabbitmq-server python3-pika
-	pgbouncer python3-psycopg valgrind
+	pgbouncer python3-psycopg
 	libpostgresql-jdbc-java default-jdk-headless
 )
+# for test/bench/instructions.sh, which test/run.sh runs on the host only
+[ -n "${DEDUP_IN_CHROOT:-}" ] || optional+=(valgrind)
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "test/setup.sh: run me as root (sudo $0)" >&2

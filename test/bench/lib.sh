@@ -1,5 +1,6 @@
 # test/bench/lib.sh: measurement and bookkeeping helpers for the benchmark
-# (sourced by test/bench/run.sh after test/cluster.sh).
+# (sourced by test/bench/run.sh inside its throwaway cluster: psql and
+# pgbench connect with the PG* variables pg_virtualenv sets).
 #
 # Owns: one pgbench measurement (pg_rate), named series of measurements
 # ("arms") run in alternating rounds (rounds A B ... repeats A B ...), their
@@ -10,12 +11,12 @@
 # BENCH_SECONDS, BENCH_ROUNDS, BENCH_CLIENTS, BENCH_SMOKE_TX.
 
 # psql_q SQL...: run SQL, quietly, stopping at the first error
-psql_q() { as_pg psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+psql_q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 # psql_v SQL: one value
-psql_v() { as_pg psql -X -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+psql_v() { psql -X -A -t -v ON_ERROR_STOP=1 -c "$1"; }
 # psql_ms SQL: run SQL, print how long it took in ms (psql's \timing)
 psql_ms() {
-	as_pg psql -X -q -v ON_ERROR_STOP=1 -c '\timing on' -c "$1" |
+	psql -X -q -v ON_ERROR_STOP=1 -c '\timing on' -c "$1" |
 		awk '/^Time:/ { t = $2 } END { if (t == "") exit 1; print t }'
 }
 calc() { awk "BEGIN { print $* }"; }
@@ -29,7 +30,7 @@ pg_rate() {
 	local script=$1 opts=${2:-} out tps
 	local len=(-T "$BENCH_SECONDS")
 	[ "$BENCH_SMOKE" = 0 ] || len=(-t "$BENCH_SMOKE_TX")
-	if ! out=$(PGOPTIONS="$opts" as_pg pgbench -n -M prepared "${len[@]}" \
+	if ! out=$(PGOPTIONS="$opts" pgbench -n -M prepared "${len[@]}" \
 		-c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" -f "$BENCH_DIR/$script" 2>&1); then
 		echo "pgbench -f $script failed:" >&2
 		echo "$out" | tail -n 5 >&2

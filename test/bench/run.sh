@@ -5,11 +5,12 @@
 #   sudo test/bench/run.sh --smoke                       seconds of measuring, tiny sizes:
 #                                                        checks the harness end to end
 #
-# Starts one throwaway cluster (test/cluster.sh; fsync on, synchronous_commit
-# off unless a row says otherwise, autovacuum off: the sweep rows VACUUM
-# themselves) and compares dedup with the plain-SQL baseline, each pair in
-# alternating rounds (A B A B ...) so that both see the same noise; reports
-# the median and min-max of each side and the ratio dedup / baseline:
+# Runs inside one throwaway cluster (Debian's pg_virtualenv, dedup preloaded;
+# fsync on, synchronous_commit off unless a row says otherwise, autovacuum
+# off: the sweep rows VACUUM themselves) and compares dedup with the
+# plain-SQL baseline, each pair in alternating rounds (A B A B ...) so that
+# both see the same noise; reports the median and min-max of each side and
+# the ratio dedup / baseline:
 #
 #   1-4, 6, 7  claims.sh   single claims, duplicates, claim + UPDATE, batches of
 #                          100 keys (dedup_claim_many), synchronous_commit on,
@@ -25,9 +26,9 @@
 # non-zero only if something is broken, never because of a ratio.
 #
 # Environment (defaults for the full run; --smoke has tiny ones):
-#   PG_BIN, PGPORT         PostgreSQL bin dir and port (default: test/cluster.sh's);
-#                          with PG_BIN set, test/setup.sh is not run (build and
-#                          install dedup there yourself)
+#   PG_MAJOR               the PostgreSQL version (15); as root, test/setup.sh
+#                          installs and builds for it first (DEDUP_SETUP=none
+#                          skips that: build and install dedup yourself)
 #   BENCH_CLIENTS          pgbench clients and threads, Redis connections (2)
 #   BENCH_REDIS_PIPELINE   redis-benchmark -P (16);  BENCH_REDIS_PORT (56379, and +1)
 #   BENCH_SWEEP_SIZES      expired backlogs, comma-separated (500000,1000000; the
@@ -46,6 +47,18 @@ set -euo pipefail
 set -E
 shopt -s inherit_errexit
 trap 'echo "test/bench/run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$BENCH_DIR/../.." && pwd)
+# everything below runs again inside the throwaway cluster
+if [ "${1:-}" != --in-cluster ]; then
+	[ "$(id -u)" -ne 0 ] || "$top/test/setup.sh"
+	exec pg_virtualenv -t -v "${PG_MAJOR:-15}" -o shared_preload_libraries=dedup \
+		-o fsync=on -o synchronous_commit=off -o dedup.sweep_enabled=off \
+		-o shared_buffers=512MB -o autovacuum=off -o max_wal_size=8GB \
+		-o checkpoint_timeout=30min bash "$BENCH_DIR/run.sh" --in-cluster "$@"
+fi
+shift
 
 BENCH_SMOKE=0
 if [ "${1:-}" = --smoke ]; then
@@ -68,14 +81,6 @@ fi
 : "${BENCH_STREAM_CLAIMS:=10000000}"
 : "${BENCH_OUT:=/tmp/dedup-bench.$(date +%Y%m%d-%H%M%S)}"
 
-BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-top=$(cd "$BENCH_DIR/../.." && pwd)
-bench_pg_bin=${PG_BIN:-}
-if [ "$(id -u)" -eq 0 ] && [ -z "$bench_pg_bin" ]; then
-	"$top/test/setup.sh"
-fi
-. "$top/test/cluster.sh"
-[ -z "$bench_pg_bin" ] || PG_BIN=$bench_pg_bin	# cluster.sh sets its own
 . "$BENCH_DIR/lib.sh"
 . "$BENCH_DIR/claims.sh"
 . "$BENCH_DIR/redis.sh"
@@ -88,12 +93,8 @@ BENCH_WORK=$(mktemp -d /tmp/dedup-bench-work.XXXXXX)
 results_header
 started=$(date +%s)
 
-cluster_start "fsync = on" "synchronous_commit = off" "dedup.sweep_enabled = off" \
-	"shared_buffers = 512MB" "autovacuum = off" "max_wal_size = 8GB" \
-	"checkpoint_timeout = 30min"
 bench_cleanup() {
 	redis_stop_all
-	cluster_stop
 	rm -rf "$BENCH_WORK"
 }
 trap bench_cleanup EXIT

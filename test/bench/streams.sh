@@ -13,10 +13,6 @@
 
 bench_streams() {
 	section "11. ordered streams: dedup_claim_offsets, batches of 100 in-order records"
-	if [ "$(psql_v "SELECT to_regprocedure('dedup_claim_offsets(text,text,integer,bigint[])') IS NOT NULL")" != t ]; then
-		skip 11 "claims by offset" "not available: dedup_claim_offsets(text, text, integer, bigint[]) does not exist in this build"
-		return 0
-	fi
 	psql_q -c "CREATE SEQUENCE bench_offsets"
 	arm offsets_vs_many keys_rate claim_offsets.sql
 	arm many_vs_offsets keys_rate claim_many.sql
@@ -41,11 +37,11 @@ bench_streams() {
 	# storage: BENCH_STREAM_CLAIMS claims over BENCH_CLIENTS partitions
 	local batches=$((BENCH_STREAM_CLAIMS / 100 / BENCH_CLIENTS))
 	psql_q -c "TRUNCATE stream_positions"
-	as_pg pgbench -n -M prepared -t 1 -c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" \
+	pgbench -n -M prepared -t 1 -c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" \
 		-f "$BENCH_DIR/claim_offsets.sql" >/dev/null
 	record stream_bytes_first "$(psql_v "SELECT pg_total_relation_size('stream_positions')")"
 	echo "   $((batches * 100 * BENCH_CLIENTS)) claims by offset in $BENCH_CLIENTS partitions"
-	as_pg pgbench -n -M prepared -t "$batches" -c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" \
+	pgbench -n -M prepared -t "$batches" -c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" \
 		-f "$BENCH_DIR/claim_offsets.sql" >/dev/null
 	record stream_bytes_after "$(psql_v "SELECT pg_total_relation_size('stream_positions')")"
 	result 11c "bytes of stream_positions (table + index), $BENCH_CLIENTS partitions" bytes \
