@@ -2,9 +2,9 @@
  *
  * audit.h
  *	  The audit trail (audit.c): one LOG line per record deleted or stream
- *	  position moved on purpose and per window change.  dedup_quote_literal renders any untrusted
- *	  string (names, ids) as a one-line SQL literal that reads back as the
- *	  original.
+ *	  position moved on purpose and per window change.  dedup_quote_literal
+ *	  renders any untrusted string (names, ids) as a one-line SQL literal
+ *	  that reads back as the original.
  *
  *-------------------------------------------------------------------------
  */
