@@ -27,7 +27,11 @@ use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = DedupNode->create('blocked', sweeps => 'every second');
+# no autovacuum: a worker of it connecting to dba while its lock is held
+# (part 3) would wait for that lock as long as the sweepers' lock waits are
+# watched, and never be stopped
+my $node = DedupNode->create('blocked', sweeps => 'every second',
+	conf => { autovacuum => 'off' });
 
 # the latest claim of the consumers below; a fixed date keeps it exact
 my $L = DedupNode::LATEST_CLAIM;
