@@ -16,10 +16,12 @@
 # Once 60, 150 and 240 messages are applied: every consumer backend is
 # killed (pg_terminate_backend), the server is restarted with pg_ctl -m
 # immediate (crash recovery), the backends are killed again.  Each fault
-# waits for the state it needs, not for a moment: a session locks the
-# accounts table, so that the consumers' credits wait, until every consumer
-# (crashy's current generation included) waits with a transaction in
-# flight, at least one of them after its claim; then the fault.
+# waits for the state it needs, not for a moment: a gate in the database
+# (a trigger on "applied") holds every transaction that would apply a
+# message past the fault's count, after its claim, until the test moves
+# the gate on; so however late the test looks, the messages are still
+# flowing and, once every consumer (crashy's current generation included)
+# waits with a transaction in flight, the fault comes.
 #
 # Asserted: every fault cut each consumer's transaction (claims rolled back
 # by it); crashy died on each; each consumer reconnected after each fault;
@@ -57,6 +59,22 @@ my $node = DedupNode->create('faults');
 my $db = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 $node->safe_psql($db, "CREATE EXTENSION dedup;\n" . consumer_tables_sql());
+# the gate: a transaction applying a message once "at" are applied waits
+# (after its claim and its credit) until "at" is moved; a table, not a lock,
+# so that it outlasts a restart
+$node->safe_psql(
+	$db, q{
+CREATE TABLE gate (at bigint);    -- NULL: open
+INSERT INTO gate VALUES (60);
+CREATE FUNCTION gate_wait() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	WHILE (SELECT count(*) FROM applied) >= (SELECT at FROM gate) LOOP
+		PERFORM pg_sleep(0.01);
+	END LOOP;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER gate BEFORE INSERT ON applied FOR EACH ROW EXECUTE FUNCTION gate_wait();
+});
 $broker->ready_ok;
 my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
 	broker => $broker, node => $node, db => $db);
@@ -101,28 +119,27 @@ start_crashy();
 my $consumer_names = q{application_name ~ '^(retry|requeue|crashy)'};
 my @faults = ([ 60, 'terminate' ], [ 150, 'restart' ], [ 240, 'terminate' ]);
 my (@done, $claims_cut);
-for my $fault (@faults)
+for my $i (0 .. $#faults)
 {
-	my ($at, $what) = @$fault;
+	my ($at, $what) = @{ $faults[$i] };
+	my $next = $i < $#faults ? $faults[ $i + 1 ][0] : 'NULL';    # NULL: open
 	$node->poll_query_until($db, "SELECT count(*) >= $at FROM applied")
 	  or die "$at messages were not applied";
 
-	# hold the credits back until every consumer waits, in a transaction
-	my $gate = $node->background_psql($db);
-	$gate->query_safe('BEGIN; LOCK TABLE accounts IN EXCLUSIVE MODE');
+	# the gate holds each consumer in a transaction after its claim, or it
+	# waits for a claim of the same message held there
 	ok( $node->poll_query_until(
 			$db, qq{
 SELECT count(DISTINCT application_name) = 4 FROM pg_stat_activity
  WHERE application_name IN ('retry-2', 'retry-3', 'requeue', 'crashy-$generation')
-   AND wait_event_type = 'Lock'}),
+   AND (wait_event_type = 'Lock' OR wait_event = 'PgSleep')}),
 		"$what fault: every consumer, crashy-$generation included, waits in a transaction");
-	# those waiting for the accounts have claimed; any other waits for one of them
+	# those held by the gate have claimed (a lower bound: one waiting for
+	# an account's row has claimed too)
 	my ($applied, $claimed) = split /\|/, $node->safe_psql(
 		$db, qq{
 SELECT (SELECT count(*) FROM applied),
-	   (SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-		 WHERE $consumer_names AND NOT l.granted
-		   AND l.locktype = 'relation' AND l.relation = 'accounts'::regclass)});
+	   (SELECT count(*) FROM pg_stat_activity WHERE $consumer_names AND wait_event = 'PgSleep')});
 	$claims_cut += $claimed;
 	if ($what eq 'terminate')
 	{
@@ -133,17 +150,15 @@ SELECT (SELECT count(*) FROM applied),
 		$node->poll_query_until($db,
 			"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid IN ($pids)")
 		  or die "the terminated backends did not exit";
-		$gate->query_safe('ROLLBACK');
-		$gate->quit;
 		push @done, [ $what, $applied, $killed, $claimed ];
 	}
 	else
 	{
 		$node->stop('immediate');
 		$node->start;
-		eval { $gate->quit };    # its server is gone
 		push @done, [ $what, $applied, 'all', $claimed ];
 	}
+	$node->safe_psql($db, "UPDATE gate SET at = $next");
 	ok(reap_crashy(), "$what fault: crashy-$generation died");
 	start_crashy();
 }
@@ -174,7 +189,7 @@ for my $w ('retry-2', 'retry-3', 'requeue')
 my @errors = grep { $_->{action} =~ /^db-error/ } @d;
 my @lost_claims = grep { $_->{claim} } @errors;
 cmp_ok(scalar(@lost_claims), '>=', $claims_cut,
-	scalar(@lost_claims) . " transactions had claimed and were cut by a fault (rolled back), $claims_cut of them waiting for the accounts");
+	scalar(@lost_claims) . " transactions had claimed and were cut by a fault (rolled back), $claims_cut of them held by the gate");
 
 my %in_applied = map { $_ => 1 } split /\n/, $node->safe_psql($db, 'SELECT attempt FROM applied');
 my @true = grep { $_->{claim} } @d;
