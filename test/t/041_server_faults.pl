@@ -127,7 +127,7 @@ for my $i (0 .. $#faults)
 	  or die "$at messages were not applied";
 
 	# the gate holds each consumer in a transaction after its claim, or it
-	# waits for a claim of the same message held there
+	# waits for a lock (a claim, an account's row) of one held there
 	ok( $node->poll_query_until(
 			$db, qq{
 SELECT count(DISTINCT application_name) = 4 FROM pg_stat_activity
