@@ -2,13 +2,14 @@
 # (sourced by test/bench/run.sh inside its throwaway cluster: psql and
 # pgbench connect with the PG* variables pg_virtualenv sets).
 #
-# Owns: one pgbench measurement (pg_rate), named series of measurements
-# ("arms") run in alternating rounds (rounds A B ... repeats A B ...), their
-# median and min-max, and the result rows (result, skip) that report.py turns
+# Owns: server settings changed for a row (server_conf), one pgbench
+# measurement (pg_rate), named series of measurements ("arms") run in
+# alternating rounds (rounds A B ... repeats A B ...), their median and
+# min-max, and the result rows (result, figure, skip) that report.py turns
 # into the printed table, results.csv and results.json.
 #
 # Expects: BENCH_DIR, BENCH_WORK (scratch dir), BENCH_SMOKE (0/1),
-# BENCH_SECONDS, BENCH_ROUNDS, BENCH_CLIENTS, BENCH_SMOKE_TX.
+# BENCH_SECONDS, BENCH_ROUNDS, BENCH_CLIENTS, BENCH_SMOKE_TX, BENCH_ROWS.
 
 # psql_q SQL...: run SQL, quietly, stopping at the first error
 psql_q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
@@ -19,6 +20,50 @@ psql_ms() {
 	psql -X -q -v ON_ERROR_STOP=1 -c '\timing on' -c "$1" |
 		awk '/^Time:/ { t = $2 } END { if (t == "") exit 1; print t }'
 }
+# server_conf SETTING=VALUE|SETTING...: ALTER SYSTEM SET each SETTING=VALUE
+# (ALTER SYSTEM RESET each bare SETTING: back to postgresql.conf or the
+# default) and reload; returns once a new session sees the reloaded
+# configuration (pg_conf_load_time), and a moment later, so that background
+# workers (the autovacuum launcher, dedup's launcher and sweepers, which
+# reread it at their next loop) have it too
+server_conf() {
+	local kv sql=() since i
+	for kv in "$@"; do
+		if [[ $kv == *=* ]]; then
+			sql+=(-c "ALTER SYSTEM SET ${kv%%=*} = '${kv#*=}'")
+		else
+			sql+=(-c "ALTER SYSTEM RESET $kv")
+		fi
+	done
+	since=$(psql_v "SELECT clock_timestamp()")
+	psql_q "${sql[@]}" -c "SELECT pg_reload_conf()" >/dev/null
+	for i in $(seq 100); do
+		[ "$(psql_v "SELECT pg_conf_load_time() >= '$since'::timestamptz")" = f ] || break
+		[ "$i" -lt 100 ] || { echo "server_conf: the reload of $* is not visible after 10 s" >&2; return 1; }
+		sleep 0.1
+	done
+	sleep 0.5
+}
+
+# server_settings NAME...: "NAME=VALUE" of each setting now, as server_conf
+# takes them (to put them back afterwards)
+server_settings() {
+	local name
+	for name in "$@"; do
+		echo "$name=$(psql_v "SELECT setting FROM pg_settings WHERE name = '$name'")"
+	done
+}
+
+# rows_wanted N...: whether BENCH_ROWS (empty: every row) lists one of the rows N
+rows_wanted() {
+	local n
+	[ -n "$BENCH_ROWS" ] || return 0
+	for n in "$@"; do
+		[[ ",$BENCH_ROWS," != *",$n,"* ]] || return 0
+	done
+	return 1
+}
+
 calc() { awk "BEGIN { print $* }"; }
 # rate EXPR: EXPR rounded to an integer (rows/s, tps)
 rate() { awk "BEGIN { printf \"%.0f\\n\", $* }"; }
@@ -97,6 +142,20 @@ result() {
 		csv_field "$bl"; printf ',%s,%s,%s,%s,' "${b[@]}"
 		csv_field "$dl"; printf ',%s,%s,%s,%s,' "${d[@]}"
 		printf '%s,' "$ratio"; csv_field "$note"; echo
+	} >>"$BENCH_OUT/results.csv"
+}
+
+# figure ID MEASUREMENT UNIT LABEL SERIES FIGURE [NOTE]: a row of one series
+# (median and min-max) and a FIGURE computed from it, printed in the ratio
+# column (the note says what it is), for what has no baseline to divide by
+figure() {
+	local id=$1 what=$2 unit=$3 l=$4 s=$5 fig=$6 note=${7:-}
+	local d
+	read -r -a d <<<"$(stats "$s")"
+	{
+		csv_field "$id"; printf ','; csv_field "$what"; printf ','; csv_field "$unit"; printf ',,,,,,'
+		csv_field "$l"; printf ',%s,%s,%s,%s,' "${d[@]}"
+		printf '%s,' "$fig"; csv_field "$note"; echo
 	} >>"$BENCH_OUT/results.csv"
 }
 
