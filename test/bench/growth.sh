@@ -19,6 +19,17 @@ growth_fill() {
 		-c "VACUUM ANALYZE processed_messages" -c "VACUUM ANALYZE plain_messages" -c CHECKPOINT
 }
 
+# growth_keys ROWS: the table growth_keys: at least ROWS distinct random keys
+# (like claim_insert.sql's), numbered, so that different sizes share their
+# first keys
+growth_keys() {
+	psql_q -c "CREATE UNLOGGED TABLE growth_keys AS
+		SELECT row_number() OVER () AS i, k
+		  FROM (SELECT DISTINCT (random() * 1000000000)::bigint::text AS k
+				  FROM generate_series(1, ($1 * 1.01 + 100)::bigint)) d" \
+		-c "CREATE INDEX ON growth_keys (i)"
+}
+
 # bytes_per_row TABLE: pg_total_relation_size / rows
 bytes_per_row() {
 	psql_v "SELECT round(pg_total_relation_size('$1')::numeric / count(*), 1) FROM $1"
@@ -39,12 +50,7 @@ growth_arm_large() {
 bench_growth() {
 	local small=$BENCH_GROWTH_SMALL large=$BENCH_GROWTH_LARGE
 	section "10. bytes per claim and growth: $small vs $large rows stored"
-	# distinct random keys, numbered, so both sizes share their first keys
-	psql_q -c "CREATE UNLOGGED TABLE growth_keys AS
-		SELECT row_number() OVER () AS i, k
-		  FROM (SELECT DISTINCT (random() * 1000000000)::bigint::text AS k
-				  FROM generate_series(1, ($large * 1.01)::bigint)) d" \
-		-c "CREATE INDEX ON growth_keys (i)"
+	growth_keys "$large"
 
 	growth_fill "$small"
 	record bytes_plain_small "$(bytes_per_row plain_messages)"
