@@ -3,9 +3,10 @@
 
     report.py OUTDIR [KEY=VALUE...]
 
-Owns: reading OUTDIR/results.csv (written by lib.sh's result and skip) and
+Owns: reading OUTDIR/results.csv (written by lib.sh's result, figure and skip) and
 OUTDIR/raw.csv (every single measurement), printing the side-by-side table
-(median and min-max of each side, ratio = dedup / baseline of the medians)
+(median and min-max of each side, ratio = dedup / baseline of the medians,
+or for a row of one series (lib.sh's figure) the figure its note names)
 and writing OUTDIR/results.json: the KEY=VALUE settings of the run, the rows,
 and the raw measurements of each series.  Reports; asserts nothing.
 """
@@ -64,12 +65,13 @@ def main():
                       w_dedup, side(r, "dedup"), ratio, r["note"]))
     print()
     print("ratio = dedup median / baseline median (for 8L and 10b: larger size / smaller size;"
-          " for 8R: sweep rows/s / claim tps; for 5: dedup / Redis);"
+          " for 8R: sweep rows/s / claim tps; for 5: dedup / Redis; for a row of one series,"
+          " 12c: the figure its note names);"
           " performance targets are reported, not asserted")
 
     doc = {
         "settings": meta,
-        "ratio": "dedup median / baseline median",
+        "ratio": "dedup median / baseline median; for a row without baseline, the figure its note names",
         "rows": [
             {
                 "id": r["id"],
@@ -84,7 +86,7 @@ def main():
                     "min": num(r["dedup_min"]), "max": num(r["dedup_max"]),
                     "n": num(r["dedup_n"])},
                 "ratio": num(r["ratio"]),
-                "skipped": not r["baseline"],
+                "skipped": not r["baseline"] and not r["dedup"],
                 "note": r["note"],
             }
             for r in rows

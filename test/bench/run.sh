@@ -20,6 +20,12 @@
 #   10         growth.sh   bytes per claim, claims with many rows stored
 #   11         streams.sh  claims by offset: batches vs dedup_claim_many and Redis,
 #                          storage after BENCH_STREAM_CLAIMS claims
+#   12         soak.sh     steady state: claims at full speed with a short window,
+#                          the sweeper and autovacuum on; plateau bytes per live
+#                          row vs freshly loaded, dead/live, the claim rate's
+#                          stability; soak.csv and soak.png (soak_plot.py).
+#                          Runs last: it changes settings (put back at its end)
+#                          and leaves processed_messages empty
 #   lib.sh: measuring and bookkeeping; report.py: the table, results.csv/.json
 #
 # Absolute numbers on a shared machine mean little; compare ratios.  Exits
@@ -42,6 +48,15 @@
 #   BENCH_GROWTH_SMALL, BENCH_GROWTH_LARGE   rows stored in row 10 (100000,
 #                          2000000; the issue's full run: 20000000)
 #   BENCH_STREAM_CLAIMS    claims by offset of row 11c (10000000)
+#   BENCH_SOAK_SECONDS     length of the soak, row 12 (600; --smoke: 30)
+#   BENCH_SOAK_SAMPLE      seconds between two samples of the soak (5; --smoke: 2)
+#   BENCH_SOAK_WINDOW      the soak's window, dedup_set_retention, in s (20)
+#   BENCH_SOAK_INTERVAL    the soak's dedup.sweep_interval, in s (2)
+#   BENCH_ROWS             only these rows, comma-separated (e.g. 12; default:
+#                          all); a group of rows runs if any of its numbers is
+#                          listed (1-4, 6, 7 run together).  Row 8R needs 1;
+#                          row 9 sizes its backlog from 8 unless
+#                          BENCH_DURING_ROWS is set (else 2000000)
 #   BENCH_OUT              result directory (/tmp/dedup-bench.DATE-TIME)
 set -euo pipefail
 set -E
@@ -73,12 +88,14 @@ if [ "$BENCH_SMOKE" = 1 ]; then
 	BENCH_SECONDS=1 BENCH_ROUNDS=1
 	: "${BENCH_SWEEP_SIZES:=20000,40000}" "${BENCH_DURING_ROWS:=20000}"
 	: "${BENCH_GROWTH_SMALL:=10000}" "${BENCH_GROWTH_LARGE:=50000}"
-	: "${BENCH_STREAM_CLAIMS:=20000}"
+	: "${BENCH_STREAM_CLAIMS:=20000}" "${BENCH_SOAK_SECONDS:=30}" "${BENCH_SOAK_SAMPLE:=2}"
 fi
 : "${BENCH_SWEEP_SIZES:=500000,1000000}" "${BENCH_SWEEP_ROUNDS:=1}" "${BENCH_DURING_ROWS:=}"
 : "${BENCH_DURING_MAX:=8000000}" "${BENCH_SWEEP_DELAY:=10}" "${BENCH_DURING_SECONDS:=3}"
 : "${BENCH_GROWTH_SMALL:=100000}" "${BENCH_GROWTH_LARGE:=2000000}"
 : "${BENCH_STREAM_CLAIMS:=10000000}"
+: "${BENCH_SOAK_SECONDS:=600}" "${BENCH_SOAK_SAMPLE:=5}" "${BENCH_SOAK_WINDOW:=20}" "${BENCH_SOAK_INTERVAL:=2}"
+: "${BENCH_ROWS:=}"
 : "${BENCH_OUT:=/tmp/dedup-bench.$(date +%Y%m%d-%H%M%S)}"
 
 . "$BENCH_DIR/lib.sh"
@@ -87,6 +104,7 @@ fi
 . "$BENCH_DIR/sweep.sh"
 . "$BENCH_DIR/growth.sh"
 . "$BENCH_DIR/streams.sh"
+. "$BENCH_DIR/soak.sh"
 
 mkdir -p "$BENCH_OUT"
 BENCH_WORK=$(mktemp -d /tmp/dedup-bench-work.XXXXXX)
@@ -105,21 +123,25 @@ echo "== $(psql_v 'SELECT version()' | cut -d, -f1); dedup $(psql_v "SELECT extv
 [ "$BENCH_SMOKE" = 1 ] && echo "== smoke mode: $BENCH_SMOKE_TX transactions per client per run, 1 round, tiny sizes" ||
 	echo "== $BENCH_ROUNDS rounds of $BENCH_SECONDS s per run, $BENCH_CLIENTS clients"
 
-bench_claims
-bench_redis
-bench_sweep
-bench_sweep_during
-bench_growth
-bench_streams
+! rows_wanted 1 2 3 4 6 7 || bench_claims
+! rows_wanted 5 || bench_redis
+! rows_wanted 8 || bench_sweep
+! rows_wanted 9 || bench_sweep_during
+! rows_wanted 10 || bench_growth
+! rows_wanted 11 || bench_streams
+! rows_wanted 12 || bench_soak	# last: see soak.sh
 
 python3 "$BENCH_DIR/report.py" "$BENCH_OUT" \
 	"mode=$([ "$BENCH_SMOKE" = 1 ] && echo smoke || echo full)" \
 	"seconds_per_run=$BENCH_SECONDS" "rounds=$BENCH_ROUNDS" "clients=$BENCH_CLIENTS" \
 	"redis_pipeline=$BENCH_REDIS_PIPELINE" "sweep_sizes=$BENCH_SWEEP_SIZES" \
 	"sweep_rounds=$BENCH_SWEEP_ROUNDS" "growth_small=$BENCH_GROWTH_SMALL" \
-	"growth_large=$BENCH_GROWTH_LARGE" "stream_claims=$BENCH_STREAM_CLAIMS" "server=$(psql_v 'SELECT version()')" \
+	"growth_large=$BENCH_GROWTH_LARGE" "stream_claims=$BENCH_STREAM_CLAIMS" \
+	"soak_seconds=$BENCH_SOAK_SECONDS" "soak_sample=$BENCH_SOAK_SAMPLE" "soak_window=$BENCH_SOAK_WINDOW" \
+	"soak_interval=$BENCH_SOAK_INTERVAL" "rows=${BENCH_ROWS:-all}" "server=$(psql_v 'SELECT version()')" \
 	"redis=$(redis-server --version 2>/dev/null | awk '{ print $3 }')" \
 	"cpus=$(nproc)" "date=$(date -Is)" "elapsed_s=$(($(date +%s) - started))"
 echo
 echo "== results: $BENCH_OUT/results.csv $BENCH_OUT/results.json (every run: $BENCH_OUT/raw.csv)"
+[ ! -e "$BENCH_OUT/soak.csv" ] || echo "== the soak: $BENCH_OUT/soak.csv$([ ! -e "$BENCH_OUT/soak.png" ] || echo " $BENCH_OUT/soak.png")"
 echo "== $(($(date +%s) - started)) s in all"
