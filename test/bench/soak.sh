@@ -161,7 +161,7 @@ bench_soak() {
 	local python
 	if python=$(soak_python); then
 		"$python" "$BENCH_DIR/soak_plot.py" "$BENCH_OUT/soak.csv" "$BENCH_OUT/soak.png" "$fresh" \
-			"dedup soak: $BENCH_CLIENTS clients, ${window} s window, sweeper every ${interval} s, autovacuum on"
+			"dedup soak: $BENCH_CLIENTS clients, ${window} s window, sweeper every ${interval} s, autovacuum on" "$half"
 		echo "   plot: $BENCH_OUT/soak.png"
 	else
 		echo "   no plot: python3-matplotlib is not installed (test/setup.sh installs it on the host)"

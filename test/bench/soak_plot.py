@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """test/bench/soak_plot.py: the plot of the benchmark's soak (row 12).
 
-    soak_plot.py SOAK_CSV PNG [FRESH_BYTES_PER_ROW [TITLE]]
+    soak_plot.py SOAK_CSV PNG [FRESH_BYTES_PER_ROW [TITLE [FROM_S]]]
 
 Owns: reading soak.csv (written by test/bench/soak.sh, one sample a line)
 and drawing its series over time into PNG, three panels sharing the time
 axis: live rows and dead tuples; bytes per live row, with the freshly loaded
 reference as a line (and twice it, the target); the claim rate per sample
 interval.  Autovacuum runs (autovacuum_count going up) are marked in every
-panel.  Needs matplotlib (Debian's python3-matplotlib); draws without a
+panel, and so is the part the result rows are measured over (from FROM_S
+seconds on).  Needs matplotlib (Debian's python3-matplotlib); draws without a
 display (Agg).
 """
 import csv
@@ -28,6 +29,7 @@ def main():
     src, png = sys.argv[1], sys.argv[2]
     fresh = float(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else None
     title = sys.argv[4] if len(sys.argv) > 4 else "dedup soak"
+    since = float(sys.argv[5]) if len(sys.argv) > 5 else None
     with open(src, newline="") as f:
         rows = list(csv.DictReader(f))
     t = column(rows, "elapsed_s")
@@ -62,11 +64,15 @@ def main():
 
     for ax in (a, b, c):
         ax.grid(True, alpha=0.3)
+        if since is not None:
+            ax.axvspan(since, t[-1], color="tab:blue", alpha=0.06)
         for x in runs:
             ax.axvline(x, color="grey", alpha=0.25, linewidth=0.8)
     if runs:
         a.plot([], [], color="grey", alpha=0.5, linewidth=0.8, label="autovacuum of the table")
-        a.legend(loc="upper left", fontsize=8)
+    if since is not None:
+        a.fill_between([], [], color="tab:blue", alpha=0.1, label="measured (last half)")
+    a.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(png)
 
