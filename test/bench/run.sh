@@ -43,6 +43,9 @@
 #                          2000000; the issue's full run: 20000000)
 #   BENCH_STREAM_CLAIMS    claims by offset of row 11c (10000000)
 #   BENCH_OUT              result directory (/tmp/dedup-bench.DATE-TIME)
+#   BENCH_ROWS             run only these rows, a comma list of row numbers
+#                          ("8,9"); a harness runs when any of its rows is
+#                          listed (all of 1-4, 6, 7 together); empty: every row
 set -euo pipefail
 set -E
 shopt -s inherit_errexit
@@ -105,19 +108,30 @@ echo "== $(psql_v 'SELECT version()' | cut -d, -f1); dedup $(psql_v "SELECT extv
 [ "$BENCH_SMOKE" = 1 ] && echo "== smoke mode: $BENCH_SMOKE_TX transactions per client per run, 1 round, tiny sizes" ||
 	echo "== $BENCH_ROUNDS rounds of $BENCH_SECONDS s per run, $BENCH_CLIENTS clients"
 
-bench_claims
-bench_redis
-bench_sweep
-bench_sweep_during
-bench_growth
-bench_streams
+# want_row N...: whether BENCH_ROWS lists any of the rows N...
+want_row() {
+	local n
+	[ -n "${BENCH_ROWS:-}" ] || return 0
+	for n in "$@"; do
+		[[ ",${BENCH_ROWS// /}," != *",$n,"* ]] || return 0
+	done
+	return 1
+}
+
+if want_row 1 2 3 4 6 7; then bench_claims; fi
+if want_row 5; then bench_redis; fi
+if want_row 8; then bench_sweep; fi
+if want_row 9; then bench_sweep_during; fi
+if want_row 10; then bench_growth; fi
+if want_row 11; then bench_streams; fi
 
 python3 "$BENCH_DIR/report.py" "$BENCH_OUT" \
 	"mode=$([ "$BENCH_SMOKE" = 1 ] && echo smoke || echo full)" \
 	"seconds_per_run=$BENCH_SECONDS" "rounds=$BENCH_ROUNDS" "clients=$BENCH_CLIENTS" \
 	"redis_pipeline=$BENCH_REDIS_PIPELINE" "sweep_sizes=$BENCH_SWEEP_SIZES" \
 	"sweep_rounds=$BENCH_SWEEP_ROUNDS" "growth_small=$BENCH_GROWTH_SMALL" \
-	"growth_large=$BENCH_GROWTH_LARGE" "stream_claims=$BENCH_STREAM_CLAIMS" "server=$(psql_v 'SELECT version()')" \
+	"growth_large=$BENCH_GROWTH_LARGE" "stream_claims=$BENCH_STREAM_CLAIMS" "rows=${BENCH_ROWS:-all}" \
+	"server=$(psql_v 'SELECT version()')" \
 	"redis=$(redis-server --version 2>/dev/null | awk '{ print $3 }')" \
 	"cpus=$(nproc)" "date=$(date -Is)" "elapsed_s=$(($(date +%s) - started))"
 echo
