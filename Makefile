@@ -21,6 +21,7 @@ OBJS = \
 	src/records.o \
 	src/audit.o \
 	src/sweep.o \
+	src/sweep_pace.o \
 	src/storage.o \
 	src/sweeper_state.o \
 	src/claim_stats.o \

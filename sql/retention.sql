@@ -30,6 +30,9 @@ SELECT dedup_reset_retention('orders') AS had_own, dedup_reset_retention('orders
 SET dedup.retention = '1h';  -- PGC_SIGHUP: refused, even to a superuser
 \echo :SQLSTATE
 SHOW dedup.retention;
+SET dedup.sweep_busy_share = 100;  -- the same for how much a sweep yields
+\echo :SQLSTATE
+SHOW dedup.sweep_busy_share;
 -- 'default': 7 days; 'orders': 2 hours; 'payments': forever.  Each consumer's
 -- latest claim is 30 days old, as after an outage: nothing within a window
 -- of it may go.

@@ -44,6 +44,7 @@
 
 #include "claim_writer.h"
 #include "compat.h"
+#include "sweep_pace.h"
 
 /* SQLSTATE UD001: the same message id claimed with a different fingerprint */
 #define ERRCODE_DEDUP_MESSAGE_ID_REUSED MAKE_SQLSTATE('U','D','0','0','1')
@@ -221,6 +222,9 @@ dedup_claim_writer_begin(Relation rel, Oid key_index,
 	ClaimWriter *writer;
 	ResultRelInfo *result_rel;
 	int			nindexes;
+
+	/* a running sweep yields to claims (sweep_pace.c) */
+	dedup_claims_heartbeat();
 
 	MemoryContextSwitchTo(estate->es_query_cxt);
 	writer = palloc0(sizeof(ClaimWriter));

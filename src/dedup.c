@@ -3,7 +3,8 @@
  * dedup.c
  *	  Module entry point of the dedup extension: it defines the parameters,
  *	  wires the shared-memory hooks to the subsystems that own shared memory
- *	  (sweeper_state.c, claim_stats.c) and registers the launcher.
+ *	  (sweeper_state.c, claim_stats.c, sweep_pace.c) and registers the
+ *	  launcher.
  *
  * The library can be loaded on demand (the first dedup_claim() call in a
  * backend) or through shared_preload_libraries; claims work either way.
@@ -21,6 +22,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "launcher.h"
+#include "sweep_pace.h"
 #include "sweeper_state.h"
 
 DEDUP_MODULE_MAGIC("dedup", "1.2");
@@ -38,6 +40,7 @@ shmem_request(void)
 		prev_shmem_request_hook();
 	dedup_sweeper_shmem_request();
 	dedup_claim_stats_shmem_request();
+	dedup_sweep_pace_shmem_request();
 }
 
 /* shmem_startup_hook: each subsystem creates or attaches to its own */
@@ -48,6 +51,7 @@ shmem_startup(void)
 		prev_shmem_startup_hook();
 	dedup_sweeper_shmem_startup();
 	dedup_claim_stats_shmem_startup();
+	dedup_sweep_pace_shmem_startup();
 }
 
 /*

@@ -27,6 +27,7 @@ int			dedup_sweep_interval = 60;
 int			dedup_sweep_batch_size = 1000;
 int			dedup_sweep_max_duration = 60;
 int			dedup_sweep_batch_delay = 0;
+int			dedup_sweep_busy_share = 10;
 char	   *dedup_databases = NULL;
 char	   *dedup_sweep_role = NULL;
 int			dedup_max_databases = 64;
@@ -98,6 +99,14 @@ dedup_define_gucs(void)
 							&dedup_sweep_batch_delay,
 							0, 0, 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dedup.sweep_busy_share",
+							"Percentage of the time a sweep works while claims run; it pauses the rest.",
+							"100 means that a sweep never yields to claims.",
+							&dedup_sweep_busy_share,
+							10, 1, 100,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("dedup.databases",

@@ -14,6 +14,7 @@ extern int	dedup_sweep_interval;
 extern int	dedup_sweep_batch_size;
 extern int	dedup_sweep_max_duration;
 extern int	dedup_sweep_batch_delay;
+extern int	dedup_sweep_busy_share;
 extern char *dedup_databases;
 extern char *dedup_sweep_role;
 extern int	dedup_max_databases;

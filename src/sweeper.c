@@ -11,9 +11,12 @@
  * lock (it gives up and tries at the next sweep instead, so it cannot
  * deadlock with ALTER EXTENSION or other DDL); between batches it steps
  * aside for DROP DATABASE and ALTER DATABASE, which otherwise fail while a
- * session is connected; it pauses dedup.sweep_batch_delay between batches,
- * if a DBA wants to leave more of the machine to claims; and it stops
- * after dedup.sweep_max_duration.
+ * session is connected; while claims run anywhere on the server it yields
+ * to them, working only dedup.sweep_busy_share of the time, and when none
+ * do it goes at full speed (sweep_pace.c); it pauses at least
+ * dedup.sweep_batch_delay between batches, if a DBA wants to leave still
+ * more of the machine to claims; and it stops after
+ * dedup.sweep_max_duration.
  *
  * It runs no SQL: rows are found and deleted through the table's index, by
  * OID (sweep.c).  Each sweep transaction runs as dedup.sweep_role, or else
@@ -60,6 +63,7 @@
 #include "guc.h"
 #include "relations.h"
 #include "sweep.h"
+#include "sweep_pace.h"
 #include "sweeper.h"
 #include "sweeper_state.h"
 
@@ -265,21 +269,9 @@ sweeper_end(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
-/* the pause between batches (dedup.sweep_batch_delay) */
-static void
-sweeper_pause(void)
-{
-	static uint32 pause_event = 0;
-
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 dedup_sweep_batch_delay,
-					 dedup_wait_event("DedupSweepBatchDelay", &pause_event));
-	ResetLatch(MyLatch);
-}
-
 /* Sweep this database: all of it, or until time, DDL or a lock stops us. */
 static DedupSweepOutcome
-sweeper_sweep(TimestampTz start)
+sweeper_sweep(TimestampTz start, DedupSweepPace *pace)
 {
 	TimestampTz deadline = 0;
 	MemoryContext sweep_context = CurrentMemoryContext;
@@ -288,7 +280,6 @@ sweeper_sweep(TimestampTz start)
 	List	   *targets;
 	ListCell   *lc;
 	bool		busy;
-	bool		first_batch = true;
 
 	if (dedup_sweep_max_duration > 0)
 		deadline = TimestampTzPlusMilliseconds(start,
@@ -316,9 +307,8 @@ sweeper_sweep(TimestampTz start)
 
 		do
 		{
-			if (!first_batch && dedup_sweep_batch_delay > 0)
-				sweeper_pause();
-			first_batch = false;
+			/* the pause before it, if any, then the batch's clock */
+			dedup_sweep_pace_batch(pace);
 			CHECK_FOR_INTERRUPTS();
 			if (sweeper_database_wanted())
 				return DEDUP_SWEEP_PARTIAL;
@@ -337,6 +327,7 @@ sweeper_sweep(TimestampTz start)
 				 (unsigned long long) deleted, text_to_cstring(target->consumer),
 				 GetTopTransactionIdIfAny(), timestamptz_to_str(target->resume));
 			sweeper_end();
+			dedup_sweep_pace_batch_done(pace);
 			dedup_sweeper_progress(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
@@ -349,6 +340,7 @@ dedup_sweeper_main(Datum main_arg)
 	Oid			dboid = DatumGetObjectId(main_arg);
 	TimestampTz start;
 	MemoryContext sweep_context;
+	DedupSweepPace pace;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -372,9 +364,14 @@ dedup_sweeper_main(Datum main_arg)
 										  ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(sweep_context);
 
+	dedup_sweep_pace_start(&pace);
 	PG_TRY();
 	{
-		dedup_sweeper_finish(sweeper_sweep(start), NULL);
+		DedupSweepOutcome outcome = sweeper_sweep(start, &pace);
+
+		elog(DEBUG1, "dedup sweep: %lld batches, %lld pauses yielding to claims for %.0f ms in all",
+			 (long long) pace.batches, (long long) pace.yields, pace.yielded_ms);
+		dedup_sweeper_finish(outcome, NULL);
 	}
 	PG_CATCH();
 	{

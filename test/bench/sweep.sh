@@ -6,9 +6,14 @@
 # woken with dedup_sweeper_wake(), timed by the dedup_sweeper view's
 # last_sweep_start/last_sweep_end) and of one plain DELETE ... WHERE
 # processed_at < cutoff on a copy of the same rows; largest/smallest ratios
-# (linear = about 1) and sweep rate / single-claim rate.  (9) single-claim TPS
-# while the worker sweeps a freshly loaded backlog, at full speed and paced
-# (dedup.sweep_batch_delay), vs on the same backlog without a sweep.
+# (linear = about 1) and sweep rate / single-claim rate; the worker also with
+# dedup.sweep_busy_share = 100 (never yielding, as before 1.2: on an idle
+# server the two should not differ).  (9) single-claim TPS while the worker
+# sweeps a freshly loaded backlog at the default settings (yielding to the
+# claims), (9b) paced (dedup.sweep_batch_delay), (9c) never yielding
+# (dedup.sweep_busy_share = 100, the full speed of 1.1), vs on the same
+# backlog without a sweep.  Row 8R needs row 1 (claims.sh); without row 8,
+# row 9 loads BENCH_DURING_MAX rows unless BENCH_DURING_ROWS says otherwise.
 #
 # Every backlog is consumer 'old': rows 30 days old and one claim now, so
 # with the default 7-day window all but that one are expired.  Each sweep
@@ -62,9 +67,10 @@ sweep_with_function() {
 	psql_q -c "VACUUM processed_messages"
 	rate "$1 / ($ms / 1000)"
 }
-sweep_with_worker() {
+sweep_with_worker() {	# ROWS [SHARE]: with dedup.sweep_busy_share = SHARE
 	backlog processed_messages "$1"
 	local since s
+	server_conf "dedup.sweep_busy_share${2:+=$2}"	# none: the default
 	since=$(worker_wake)
 	read -r -a s <<<"$(worker_wait "$since")"
 	[ "${s[2]}" = done ] || { echo "worker sweep ended '${s[2]}'" >&2; return 1; }
@@ -86,26 +92,33 @@ check_swept() {
 	[ "$left" = 1 ] || { echo "$1: $left 'old' rows left after the sweep, not 1" >&2; return 1; }
 }
 
-# during_claims DELAY: BENCH_DURING_SECONDS of claim_insert.sql on a table
+# during_claims ARM: BENCH_DURING_SECONDS of claim_insert.sql on a table
 # holding a fresh backlog of BENCH_DURING_ROWS expired rows (what earlier
 # runs left is swept and vacuumed first, untimed), with the worker sweeping
-# it at dedup.sweep_batch_delay = DELAY ms, or not sweeping (DELAY "none");
-# prints the TPS.  A sweep that ran out of rows before the claims ended is
-# noted (the measurement then includes time without a sweep).
+# it -- ARM "default": at the default settings; "paced":
+# dedup.sweep_batch_delay = BENCH_SWEEP_DELAY ms; "full":
+# dedup.sweep_busy_share = 100 -- or not sweeping (ARM "none"); prints the
+# TPS.  A sweep that ran out of rows before the claims ended is noted (the
+# measurement then includes time without a sweep).
 during_claims() {
-	local delay=$1 since tps s
+	local arm=$1 since tps s
 	psql_q -c "SELECT dedup_sweep()" -c "VACUUM processed_messages" >/dev/null
 	backlog processed_messages "$BENCH_DURING_ROWS"
-	if [ "$delay" = none ]; then
+	case $arm in
+	none)
 		BENCH_SECONDS=$BENCH_DURING_SECONDS pg_rate claim_insert.sql
-		return
-	fi
-	server_conf dedup.sweep_batch_delay="$delay"
+		return ;;
+	default) server_conf dedup.sweep_batch_delay dedup.sweep_busy_share ;;
+	paced)
+		server_conf dedup.sweep_busy_share dedup.sweep_batch_delay="$BENCH_SWEEP_DELAY" ;;
+	full)
+		server_conf dedup.sweep_batch_delay dedup.sweep_busy_share=100 ;;
+	esac
 	since=$(worker_wake)
 	worker_wait "$since" running >/dev/null
 	tps=$(BENCH_SECONDS=$BENCH_DURING_SECONDS pg_rate claim_insert.sql)
 	read -r -a s <<<"$(worker_wait "$since")"
-	[ "${s[2]}" = partial ] || echo "$delay" >>"$BENCH_WORK/during.ran_out"
+	[ "${s[2]}" = partial ] || echo "$arm" >>"$BENCH_WORK/during.ran_out"
 	echo "$tps"
 }
 
@@ -127,15 +140,20 @@ bench_sweep() {
 	for n in "${sizes[@]}"; do
 		arm "sweep_fn_$n" sweep_with_function "$n"
 		arm "sweep_worker_$n" sweep_with_worker "$n"
+		arm "sweep_worker_full_$n" sweep_with_worker "$n" 100
 		arm "sweep_delete_$n" sweep_with_delete "$n"
-		rounds "sweep_fn_$n" "sweep_worker_$n" "sweep_delete_$n"
+		rounds "sweep_fn_$n" "sweep_worker_$n" "sweep_worker_full_$n" "sweep_delete_$n"
 	done
+	server_conf dedup.sweep_busy_share
 	BENCH_ROUNDS=$rounds_saved
 	for n in "${sizes[@]}"; do
 		result "8 $n" "sweep $n expired rows: dedup_sweep()" rows/s \
 			"plain DELETE" "sweep_delete_$n" "dedup_sweep()" "sweep_fn_$n"
 		result "8 $n" "sweep $n expired rows: worker" rows/s \
 			"plain DELETE" "sweep_delete_$n" "worker" "sweep_worker_$n"
+		result "8Y $n" "sweep $n expired rows, idle: worker at the defaults vs never yielding" rows/s \
+			"dedup.sweep_busy_share = 100" "sweep_worker_full_$n" "worker, defaults" "sweep_worker_$n" \
+			"idle server: about 1"
 	done
 	result 8L "linearity: dedup_sweep() rows/s, $last vs $first rows" rows/s \
 		"at $first" "sweep_fn_$first" "at $last" "sweep_fn_$last" "linear = about 1"
@@ -143,17 +161,25 @@ bench_sweep() {
 		"at $first" "sweep_worker_$first" "at $last" "sweep_worker_$last" "linear = about 1"
 	result 8L "linearity: plain DELETE rows/s, $last vs $first rows" rows/s \
 		"at $first" "sweep_delete_$first" "at $last" "sweep_delete_$last" "for reference"
-	if [ -e "$BENCH_WORK/vals.claim_insert" ]; then
-		result 8R "worker sweep rate ($last rows) / single-claim insert rate" "rows/s | tps" \
-			"dedup_claim (row 1)" claim_insert "worker" "sweep_worker_$last" \
-			"rows swept per second / claims inserted per second"
-		result 8R "dedup_sweep() rate ($last rows) / single-claim insert rate" "rows/s | tps" \
-			"dedup_claim (row 1)" claim_insert "dedup_sweep()" "sweep_fn_$last" \
-			"rows swept per second / claims inserted per second"
-	else
+	if [ ! -e "$BENCH_WORK/vals.claim_insert" ]; then
 		skip 8R "sweep rate / single-claim insert rate" "row 1 did not run (BENCH_ROWS)"
+		psql_q -c "DROP TABLE sweep_copy"
+		return
 	fi
+	result 8R "worker sweep rate ($last rows) / single-claim insert rate" "rows/s | tps" \
+		"dedup_claim (row 1)" claim_insert "worker" "sweep_worker_$last" \
+		"rows swept per second / claims inserted per second"
+	result 8R "dedup_sweep() rate ($last rows) / single-claim insert rate" "rows/s | tps" \
+		"dedup_claim (row 1)" claim_insert "dedup_sweep()" "sweep_fn_$last" \
+		"rows swept per second / claims inserted per second"
 	psql_q -c "DROP TABLE sweep_copy"
+}
+
+# ran_out ARM: the note of a row 9 arm whose sweeps ran out of rows
+ran_out() {
+	local n
+	n=$(grep -cx "$1" "$BENCH_WORK/during.ran_out" || true)
+	[ "$n" = 0 ] || echo "in $n run(s) the sweep ran out of rows before the claims ended"
 }
 
 bench_sweep_during() {
@@ -168,21 +194,24 @@ bench_sweep_during() {
 			'BEGIN { x = int(r * (s + 1)); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
 	fi
 	section "9. claims during a sweep: $BENCH_DURING_SECONDS s of claims, a backlog of $BENCH_DURING_ROWS rows per run"
+	# as row 8 leaves it: swept only when woken (row 9 may run alone)
+	local since
+	since=$(psql_v "SELECT now()")
+	server_conf dedup.sweep_interval=3600 dedup.sweep_max_duration=0 dedup.sweep_enabled=on
+	worker_wait "$since" >/dev/null
 	server_conf dedup.sweep_max_duration=$((BENCH_DURING_SECONDS + 1))
 	: >"$BENCH_WORK/during.ran_out"
 	arm claims_no_sweep during_claims none
-	arm claims_sweeping during_claims 0
-	arm claims_sweeping_paced during_claims "$BENCH_SWEEP_DELAY"
-	rounds claims_no_sweep claims_sweeping claims_sweeping_paced
-	local note= paced_note=
-	[ "$(grep -cx 0 "$BENCH_WORK/during.ran_out")" = 0 ] ||
-		note="in $(grep -cx 0 "$BENCH_WORK/during.ran_out") run(s) the sweep ran out of rows before the claims ended"
-	[ "$(grep -cvx 0 "$BENCH_WORK/during.ran_out")" = 0 ] ||
-		paced_note="in $(grep -cvx 0 "$BENCH_WORK/during.ran_out") run(s) the sweep ran out of rows before the claims ended"
-	result 9 "single claim, new keys, during a worker sweep" tps \
-		"no sweep" claims_no_sweep "worker sweeping" claims_sweeping "$note"
+	arm claims_sweeping during_claims default
+	arm claims_sweeping_paced during_claims paced
+	arm claims_sweeping_full during_claims full
+	rounds claims_no_sweep claims_sweeping claims_sweeping_paced claims_sweeping_full
+	result 9 "single claim, new keys, during a worker sweep at the default settings" tps \
+		"no sweep" claims_no_sweep "worker sweeping" claims_sweeping "$(ran_out default)"
 	result 9b "the same, dedup.sweep_batch_delay = ${BENCH_SWEEP_DELAY}ms" tps \
-		"no sweep" claims_no_sweep "worker sweeping, paced" claims_sweeping_paced "$paced_note"
-	server_conf dedup.sweep_enabled=off dedup.sweep_max_duration=0 dedup.sweep_batch_delay=0
+		"no sweep" claims_no_sweep "worker sweeping, paced" claims_sweeping_paced "$(ran_out paced)"
+	result 9c "the same, dedup.sweep_busy_share = 100 (never yielding)" tps \
+		"no sweep" claims_no_sweep "worker sweeping, full speed" claims_sweeping_full "$(ran_out full)"
+	server_conf dedup.sweep_batch_delay dedup.sweep_busy_share dedup.sweep_enabled=off dedup.sweep_max_duration=0
 	psql_q -c "SELECT dedup_sweep()" -c "VACUUM processed_messages" >/dev/null
 }

@@ -15,7 +15,12 @@
 #  3. claims under pgbench while sweeps delete a 2-second window: no failure,
 #     no in-window claim lost, no message applied twice within the window;
 #  4. a row locked by another transaction makes a sweep end 'partial', with
-#     no error and no wait; the next sweep deletes it.
+#     no error and no wait; the next sweep deletes it;
+#  5. a sweep yields to claims by itself: while pgbench claims, its batches
+#     are followed by pauses that yield to them (its DEBUG1 summary line
+#     says how many), on an idle server there are none, nor with
+#     dedup.sweep_busy_share = 100; every expired row is deleted all the
+#     same.
 #
 use strict;
 use warnings;
@@ -23,6 +28,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use DedupNode;
+use DedupProcess qw(wait_until);
 use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -265,6 +271,80 @@ $locker->quit;
 ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (after the lock is released)');
 is($node->consumer_counts('db1', q{consumer_name = 'locked'}), 'locked=2',
 	'the next sweep deletes the rows once they are free');
+
+###############################################################################
+note('5. a sweep yields to claims while they run, and only then');
+
+# Each sweep's DEBUG1 summary says how many of its pauses yielded to claims;
+# the pauses of all the sweeps since offset, and how many batches they had
+sub yields_logged
+{
+	my ($offset) = @_;
+	my ($batches, $yields) = (0, 0);
+	for my $line (split /\n/, $node->log_since($offset))
+	{
+		next
+		  unless $line =~ /dedup sweep: (\d+) batches, (\d+) pauses yielding to claims for \d+ ms in all/;
+		$batches += $1;
+		$yields += $2;
+	}
+	return ($batches, $yields);
+}
+
+# a backlog of 2000 expired rows of consumer, 40 batches of 50, swept while
+# claims run (pgbench, until the backlog is gone) or not; returns the
+# batches and the yielding pauses of the sweeps meanwhile
+my $claims_script = "$tmpdir/claim_new.sql";
+append_to_file($claims_script, q{\set k random(1, 1000000000)
+SELECT dedup_claim('yield-claims', 'k' || :k);
+});
+sub sweep_backlog
+{
+	my ($consumer, $with_claims) = @_;
+	my $pgbench;
+	my ($out, $err) = ('', '');
+	my $offset = -s $node->logfile;
+	if ($with_claims)
+	{
+		my $before = $node->count_of('db1', 'yield-claims');
+		$pgbench = IPC::Run::start(
+			[   'pgbench', '-n', '-h', $node->host, '-p', $node->port,
+				'-c', 2, '-j', 2, '-T', 120, '-f', $claims_script, 'db1'
+			],
+			'>', \$out, '2>', \$err);
+		ok(wait_until(sub { $node->count_of('db1', 'yield-claims') > $before + 10 }),
+			"$consumer: claims are running");
+	}
+	$node->safe_psql('db1', qq{
+INSERT INTO processed_messages
+SELECT '$consumer', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
+  FROM generate_series(1, 2000) i
+UNION ALL VALUES ('$consumer', 'latest', $L)});
+	ok(wait_until(sub { $node->count_of('db1', $consumer) eq '1' }),
+		"$consumer: the 2000 expired rows are swept");
+	my ($batches, $yields) = yields_logged($offset);
+	if ($with_claims)
+	{
+		$pgbench->kill_kill;
+		unlike($err, qr/error|abort/i, "$consumer: no claim failed") or diag($err);
+	}
+	return ($batches, $yields);
+}
+
+$node->set_config('dedup.sweep_batch_size', '50', '50');
+my ($batches, $yields) = sweep_backlog('yield-idle', 0);
+ok($batches >= 40, "idle: the backlog took $batches batches");
+is($yields, 0, 'idle: no pause between them (nothing to yield to)');
+
+($batches, $yields) = sweep_backlog('yield-busy', 1);
+ok($yields > 0, "claims running: $yields of $batches batches were followed by a pause that yields to them");
+
+$node->set_config('dedup.sweep_busy_share', '100', '100');
+($batches, $yields) = sweep_backlog('yield-never', 1);
+ok($batches >= 40, "dedup.sweep_busy_share = 100: the backlog took $batches batches");
+is($yields, 0, 'dedup.sweep_busy_share = 100: no pause while claims run');
+$node->set_config('dedup.sweep_busy_share', undef, '10');
+$node->set_config('dedup.sweep_batch_size', undef, '1000');
 
 $node->stop;
 done_testing();

@@ -6,8 +6,9 @@
 #      no sweeper runs, and reading the view logs nothing.
 #   2. Binary-upgrade mode (postgres -b): the launcher is not even
 #      registered, although the library is preloaded.
-#   3. The dedup.* parameters cannot be set by SET, ALTER ROLE or ALTER
-#      DATABASE, bad values are refused, and the "dedup" prefix is reserved.
+#   3. The dedup.* parameters (dedup.retention, dedup.sweep_busy_share)
+#      cannot be set by SET, ALTER ROLE or ALTER DATABASE, bad values are
+#      refused, and the "dedup" prefix is reserved.
 #
 use strict;
 use warnings;
@@ -175,6 +176,32 @@ is( $node->safe_psql(
 	'1h',
 	'dedup.retention is unchanged for alice');
 
+# the same for dedup.sweep_busy_share: a role that could lower it could
+# stall the sweep, one that could raise it could make it take a core
+{
+	my $cannot_share = qr/ERROR:  (?:55P02|42501): (?:parameter "dedup\.sweep_busy_share" cannot be changed now|permission denied)/;
+	for my $sql (
+		q{SET dedup.sweep_busy_share = 100},
+		q{SELECT set_config('dedup.sweep_busy_share', '1', false)},
+		q{ALTER ROLE alice SET dedup.sweep_busy_share = 100},
+		q{ALTER DATABASE alicedb SET dedup.sweep_busy_share = 100})
+	{
+		$node->psql_fails_like('alicedb', $sql, $cannot_share,
+			"alice: $sql", connstr => $alice);
+	}
+	$node->psql_fails_like('alicedb',
+		q{ALTER SYSTEM SET dedup.sweep_busy_share = 100},
+		qr/ERROR:  42501: (?:permission denied to set parameter "dedup\.sweep_busy_share"|must be superuser)/,
+		'alice: ALTER SYSTEM SET dedup.sweep_busy_share',
+		connstr => $alice);
+	$node->connect_fails(
+		"$alice options='-c dedup.sweep_busy_share=100'",
+		'alice: dedup.sweep_busy_share as a connection option',
+		expected_stderr => qr/parameter "dedup\.sweep_busy_share" cannot be changed now/);
+	is($node->safe_psql('alicedb', 'SHOW dedup.sweep_busy_share', connstr => $alice),
+		'10', 'dedup.sweep_busy_share is unchanged for alice');
+}
+
 # bad values, even from a superuser
 $node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.retention = '-5s'},
 	qr/ERROR:  22023: -5 s is outside the valid range for parameter "dedup\.retention" \(-1( s)? \.\. 2147483647( s)?\)/,
@@ -188,6 +215,12 @@ $node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.sweep_batch_size = 0
 $node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.sweep_interval = 0},
 	qr/ERROR:  22023: 0 s? ?is outside the valid range for parameter "dedup\.sweep_interval"/,
 	'ALTER SYSTEM dedup.sweep_interval = 0');
+$node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.sweep_busy_share = 0},
+	qr/ERROR:  22023: 0 is outside the valid range for parameter "dedup\.sweep_busy_share" \(1 \.\. 100\)/,
+	'ALTER SYSTEM dedup.sweep_busy_share = 0');
+$node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.sweep_busy_share = 101},
+	qr/ERROR:  22023: 101 is outside the valid range for parameter "dedup\.sweep_busy_share" \(1 \.\. 100\)/,
+	'ALTER SYSTEM dedup.sweep_busy_share = 101');
 my $err = $node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.databases = 'a,,b'},
 	qr/ERROR:  22023: invalid value for parameter "dedup\.databases": "a,,b"/,
 	'ALTER SYSTEM dedup.databases = a,,b');

@@ -1,0 +1,165 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweep_pace.c
+ *	  How fast a sweep goes: the claims' heartbeat in shared memory, and the
+ *	  sweeper's pause between two batches, which keeps it out of the claims'
+ *	  way while they run and lets it go at full speed when nothing does.
+ *
+ * The heartbeat is one flag in shared memory.  Every call that writes
+ * claims (claim_writer.c: single claims, batches, claims by offset, in any
+ * database) sets it; the sweeper clears it after each batch and so learns
+ * whether a claim ran during that batch or the pause before it.  A claim
+ * writes the flag only when it finds it clear, at most once per batch of
+ * the sweeper, and otherwise only reads it: the heartbeat costs a claim one
+ * read of a cache line that is hardly ever written.  It knows nothing of
+ * the rate of claims, only that some ran: a claim every few milliseconds,
+ * anywhere on the server, is enough to make the sweep yield.
+ *
+ * The pause is a duty cycle, as autovacuum's cost delay is for VACUUM, but
+ * measured in time rather than in pages: while claims run, a batch that
+ * took t is followed by a pause of t * (100 - share) / share, so that the
+ * sweep works dedup.sweep_busy_share percent of the time and leaves the
+ * rest of its core to the claims (10%: a pause of 9 t).  Pauses shorter
+ * than a millisecond, which a latch cannot time, are owed and added to the
+ * next one; one pause is at most MAX_YIELD_MS.  When no claim ran, there is
+ * no pause: an idle server has its backlog swept at full speed.
+ * dedup.sweep_batch_delay keeps its meaning: a pause of at least that
+ * between any two batches, claims or not, which also counts as yielding.
+ * dedup.sweep_busy_share = 100 never yields.
+ *
+ * Without shared memory (dedup not preloaded) there is no sweeper and the
+ * heartbeat does nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+
+#include "compat.h"
+#include "guc.h"
+#include "sweep_pace.h"
+
+/* the longest pause that yields to claims, in ms */
+#define MAX_YIELD_MS 1000
+
+typedef struct SweepPaceShared
+{
+	pg_atomic_uint32 claimed;	/* a claim ran since the sweeper cleared it */
+} SweepPaceShared;
+
+static SweepPaceShared *pace_shared = NULL;
+
+/* shmem_request_hook part: reserve what dedup_sweep_pace_shmem_startup uses */
+void
+dedup_sweep_pace_shmem_request(void)
+{
+	RequestAddinShmemSpace(sizeof(SweepPaceShared));
+}
+
+/* shmem_startup_hook part: create or attach to the heartbeat */
+void
+dedup_sweep_pace_shmem_startup(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	pace_shared = ShmemInitStruct("dedup sweep pace", sizeof(SweepPaceShared),
+								  &found);
+	if (!found)
+		pg_atomic_init_u32(&pace_shared->claimed, 0);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * A call that writes claims is running: set the flag, unless it is set
+ * already (a race between two claims writes 1 twice, which is harmless).
+ */
+void
+dedup_claims_heartbeat(void)
+{
+	if (pace_shared != NULL &&
+		pg_atomic_read_u32(&pace_shared->claimed) == 0)
+		pg_atomic_write_u32(&pace_shared->claimed, 1);
+}
+
+/* A sweep begins: only claims from now on count. */
+void
+dedup_sweep_pace_start(DedupSweepPace *pace)
+{
+	memset(pace, 0, sizeof(DedupSweepPace));
+	if (pace_shared != NULL)
+		pg_atomic_exchange_u32(&pace_shared->claimed, 0);
+}
+
+/* sleep ms, with the wait event the kind of pause is shown as */
+static void
+sweep_pace_sleep(long ms, bool yielding)
+{
+	static uint32 delay_event = 0;
+	static uint32 yield_event = 0;
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 ms,
+					 yielding ?
+					 dedup_wait_event("DedupSweepYield", &yield_event) :
+					 dedup_wait_event("DedupSweepBatchDelay", &delay_event));
+	ResetLatch(MyLatch);
+}
+
+/*
+ * A batch is about to begin: first, unless it is the sweep's first, pause
+ * for dedup.sweep_batch_delay or what the last batch owes the claims,
+ * whichever is longer; then start its clock.
+ */
+void
+dedup_sweep_pace_batch(DedupSweepPace *pace)
+{
+	if (pace->batches > 0)
+	{
+		long		owed = (long) pace->owed_ms;
+		long		ms = Max(owed, (long) dedup_sweep_batch_delay);
+
+		if (ms > 0)
+		{
+			sweep_pace_sleep(ms, owed > dedup_sweep_batch_delay);
+			if (owed > 0)
+			{
+				pace->yields++;
+				pace->yielded_ms += ms;
+			}
+			/* a longer delay covered what was owed; keep the rest owed */
+			pace->owed_ms = Max(0.0, pace->owed_ms - ms);
+		}
+	}
+	pace->batches++;
+	INSTR_TIME_SET_CURRENT(pace->batch_start);
+}
+
+/*
+ * A batch has ended: if claims ran during it or the pause before it, owe
+ * them the pause that keeps the sweep to dedup.sweep_busy_share of the
+ * time.
+ */
+void
+dedup_sweep_pace_batch_done(DedupSweepPace *pace)
+{
+	instr_time	took;
+	double		ms;
+
+	if (pace_shared == NULL ||
+		pg_atomic_exchange_u32(&pace_shared->claimed, 0) == 0 ||
+		dedup_sweep_busy_share >= 100)
+		return;
+
+	INSTR_TIME_SET_CURRENT(took);
+	INSTR_TIME_SUBTRACT(took, pace->batch_start);
+	ms = INSTR_TIME_GET_MILLISEC(took);
+	pace->owed_ms += ms * (100 - dedup_sweep_busy_share) / dedup_sweep_busy_share;
+	pace->owed_ms = Min(pace->owed_ms, (double) MAX_YIELD_MS);
+}
