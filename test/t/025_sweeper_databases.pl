@@ -162,17 +162,15 @@ $node->add_expired('db1', 'batch-role', 10);
 
 # Wait for the end of a sweep, whatever its outcome.  Twice: the second
 # sweeper was certainly started after the postmaster had the new setting.
+# The outcome is the one sweep() read with the sweep's end: the view may
+# already show the next sweep (every second) running.
 ok(defined $node->sweep('db1'), 'db1: a sweep ended (role sweeper, first)');
-ok(defined $node->sweep('db1'), 'db1: a sweep ended (role sweeper, second)');
-my ($role_outcome, $role_error) = split /\|/,
-  $node->safe_psql('db1', 'SELECT last_sweep_outcome, last_error FROM dedup_sweeper');
-note("sweep as a role with SELECT and DELETE: outcome $role_outcome, error: "
-	  . ($role_error // ''));
+my $role_outcome = $node->sweep('db1');
+note('sweep as a role with SELECT and DELETE: outcome ' . ($role_outcome // 'none')
+	  . ', last error: ' . $node->safe_psql('db1', 'SELECT last_error FROM dedup_sweeper'));
 is($role_outcome, 'done', 'sweep_role with SELECT, DELETE: the sweep succeeds');
 is($node->count_of('db1', 'batch-role'), '2',
 	'sweep_role with SELECT, DELETE: expired claims deleted');
-
-is($node->safe_psql('db1', 'SELECT last_sweep_outcome FROM dedup_sweeper'), 'done', 'view: done');
 
 # A role that may read (and update) but not delete.  Sweep db1 only, so that every error
 # in the log comes from it.
@@ -211,8 +209,8 @@ $node->set_config('dedup.databases', undef, '');
 # the back-off may put the next sweep far away; a wake-up sweeps now
 ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (role fixed, woken up)');
 is($node->count_of('db1', 'denied'), '2', 'fixed: the expired claims are deleted');
-is($node->safe_psql('db1', q{SELECT last_sweep_outcome, last_error LIKE 'permission denied%' FROM dedup_sweeper}),
-	'done|t', 'view: done again; last_error still tells what went wrong before');
+is($node->safe_psql('db1', q{SELECT last_error LIKE 'permission denied%' FROM dedup_sweeper}),
+	't', 'view: last_error still tells what went wrong before');
 
 $node->stop;
 done_testing();

@@ -13,7 +13,7 @@
 #
 # Phase A: 100 messages by two consumers (psycopg2, psycopg 3):
 #   5 transient: committed, then their post-commit step fails once: retried
-#     1 s later (a new delivery, redelivered flag NOT set), claim false: applied
+#     1 s later (a new delivery), claim false: applied
 #     once;
 #   5 poison: their account does not exist: the transaction fails and its
 #     claim rolls back, 3 times, 1 s apart, then parked in the DLQ;
@@ -143,12 +143,16 @@ is( scalar(grep {
 			my $x = $t->{$_};
 			@$x == 2 && $x->[0]{claim} && $x->[0]{action} eq 'retry-later'
 			  && !$x->[1]{claim} && $x->[1]{action} eq 'ack'
-			  && !$x->[1]{redelivered} && $x->[1]{failures} == 1
+			  && $x->[1]{failures} == 1
 			  && $x->[1]{t} - $x->[0]{t} >= 0.9
 			  && $applied_count{$_} == 1
 		} keys %$t),
 	5,
-	'phase A: 5 transient failures after commit: retried >= 1 s later (x-death 1, redelivered flag not set), claim false, applied once');
+	'phase A: 5 transient failures after commit: retried >= 1 s later (x-death 1), claim false, applied once');
+# RabbitMQ 3 never set it on these retries; RabbitMQ 4 under load set it on
+# one of five (README: not a duplicate signal either way)
+note('transient retries with the redelivered flag set: '
+	  . scalar(grep { $t->{$_}[1]{redelivered} } keys %$t) . ' of ' . scalar(keys %$t));
 
 my $p = of_kind('poison', @d);
 is( scalar(grep {
