@@ -36,6 +36,16 @@ worker_wake() {
 	psql_q -c "SELECT dedup_sweeper_wake()" >/dev/null
 }
 
+# worker_on_request: the worker on, sweeping only when woken (a long
+# interval), and a sweep that started after that over, so that none starts
+# by itself while a backlog is loaded
+worker_on_request() {
+	local since
+	server_conf dedup.sweep_interval=3600 dedup.sweep_max_duration=0 dedup.sweep_enabled=on
+	since=$(worker_wake)
+	worker_wait "$since" >/dev/null
+}
+
 # worker_wait SINCE [STATE]: wait until a sweep that started after SINCE is
 # running (STATE = running) or over (default); prints "seconds rows outcome"
 worker_wait() {
@@ -129,12 +139,7 @@ bench_sweep() {
 	psql_q -c "CREATE TABLE sweep_copy (LIKE processed_messages INCLUDING ALL)"
 
 	section "8. sweep scaling: backlogs of ${BENCH_SWEEP_SIZES} rows, $BENCH_SWEEP_ROUNDS round(s)"
-	# the worker sweeps when woken only: a long interval, and its first sweep
-	# (the one enabling it starts) over before any backlog is loaded
-	local since
-	since=$(psql_v "SELECT now()")
-	server_conf dedup.sweep_interval=3600 dedup.sweep_max_duration=0 dedup.sweep_enabled=on
-	worker_wait "$since" >/dev/null
+	worker_on_request
 	local rounds_saved=$BENCH_ROUNDS
 	BENCH_ROUNDS=$BENCH_SWEEP_ROUNDS
 	for n in "${sizes[@]}"; do
@@ -194,11 +199,7 @@ bench_sweep_during() {
 			'BEGIN { x = int(r * (s + 1)); x = (x > max ? max : x); print (x < 100000 ? 100000 : x) }')
 	fi
 	section "9. claims during a sweep: $BENCH_DURING_SECONDS s of claims, a backlog of $BENCH_DURING_ROWS rows per run"
-	# as row 8 leaves it: swept only when woken (row 9 may run alone)
-	local since
-	since=$(psql_v "SELECT now()")
-	server_conf dedup.sweep_interval=3600 dedup.sweep_max_duration=0 dedup.sweep_enabled=on
-	worker_wait "$since" >/dev/null
+	worker_on_request	# as row 8 does: row 9 may run alone
 	server_conf dedup.sweep_max_duration=$((BENCH_DURING_SECONDS + 1))
 	: >"$BENCH_WORK/during.ran_out"
 	arm claims_no_sweep during_claims none
