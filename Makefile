@@ -22,6 +22,7 @@ OBJS = \
 	src/audit.o \
 	src/sweep.o \
 	src/sweep_pace.o \
+	src/sweep_vacuum.o \
 	src/storage.o \
 	src/sweeper_state.o \
 	src/claim_stats.o \

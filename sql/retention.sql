@@ -33,6 +33,9 @@ SHOW dedup.retention;
 SET dedup.sweep_busy_share = 100;  -- the same for how much a sweep yields
 \echo :SQLSTATE
 SHOW dedup.sweep_busy_share;
+SET dedup.sweep_vacuum_threshold = 0;  -- and for the sweeper's VACUUM
+\echo :SQLSTATE
+SHOW dedup.sweep_vacuum_threshold;
 -- 'default': 7 days; 'orders': 2 hours; 'payments': forever.  Each consumer's
 -- latest claim is 30 days old, as after an outage: nothing within a window
 -- of it may go.

@@ -101,6 +101,15 @@ typedef bool DedupUpdateIndexes;
 #define DEDUP_SWEEPER_VERSION_SETTINGS
 #endif
 
+/* a table's live and dead row counts in the statistics (16 renamed them) */
+#if PG_VERSION_NUM >= 160000
+#define dedup_tabentry_live_tuples(entry) ((double) (entry)->live_tuples)
+#define dedup_tabentry_dead_tuples(entry) ((double) (entry)->dead_tuples)
+#else
+#define dedup_tabentry_live_tuples(entry) ((double) (entry)->n_live_tuples)
+#define dedup_tabentry_dead_tuples(entry) ((double) (entry)->n_dead_tuples)
+#endif
+
 /*
  * The wait event of a wait of the background workers: on 17 and later one
  * with a name of its own in pg_stat_activity (registered once per process,

@@ -28,6 +28,7 @@ int			dedup_sweep_batch_size = 1000;
 int			dedup_sweep_max_duration = 60;
 int			dedup_sweep_batch_delay = 0;
 int			dedup_sweep_busy_share = 10;
+double		dedup_sweep_vacuum_threshold = 0.2;
 char	   *dedup_databases = NULL;
 char	   *dedup_sweep_role = NULL;
 int			dedup_max_databases = 64;
@@ -108,6 +109,14 @@ dedup_define_gucs(void)
 							10, 1, 100,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
+
+	DefineCustomRealVariable("dedup.sweep_vacuum_threshold",
+							 "Fraction of processed_messages' live rows that must be dead after a sweep for the sweeper to vacuum it.",
+							 "Added to autovacuum_vacuum_threshold, as autovacuum_vacuum_scale_factor is; 0 means that the sweeper never vacuums.",
+							 &dedup_sweep_vacuum_threshold,
+							 0.2, 0.0, 100.0,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomStringVariable("dedup.databases",
 							   "Databases to sweep, comma-separated; empty means every database where dedup is installed.",

@@ -15,6 +15,7 @@ extern int	dedup_sweep_batch_size;
 extern int	dedup_sweep_max_duration;
 extern int	dedup_sweep_batch_delay;
 extern int	dedup_sweep_busy_share;
+extern double dedup_sweep_vacuum_threshold;
 extern char *dedup_databases;
 extern char *dedup_sweep_role;
 extern int	dedup_max_databases;

@@ -16,7 +16,9 @@
  * do it goes at full speed (sweep_pace.c); it pauses at least
  * dedup.sweep_batch_delay between batches, if a DBA wants to leave still
  * more of the machine to claims; and it stops after
- * dedup.sweep_max_duration.
+ * dedup.sweep_max_duration.  When a sweep has left enough dead rows, the
+ * sweeper then vacuums the table itself (sweep_vacuum.c), rather than
+ * leave them for autovacuum's next visit.
  *
  * It runs no SQL: rows are found and deleted through the table's index, by
  * OID (sweep.c).  Each sweep transaction runs as dedup.sweep_role, or else
@@ -64,6 +66,7 @@
 #include "relations.h"
 #include "sweep.h"
 #include "sweep_pace.h"
+#include "sweep_vacuum.h"
 #include "sweeper.h"
 #include "sweeper_state.h"
 
@@ -368,6 +371,11 @@ dedup_sweeper_main(Datum main_arg)
 	PG_TRY();
 	{
 		DedupSweepOutcome outcome = sweeper_sweep(start, &pace);
+
+		/* then VACUUM what it swept, if enough and not in DDL's way */
+		if ((outcome == DEDUP_SWEEP_DONE || outcome == DEDUP_SWEEP_PARTIAL) &&
+			!sweeper_database_wanted())
+			dedup_sweep_vacuum();
 
 		elog(DEBUG1, "dedup sweep: %lld batches, %lld pauses yielding to claims for %.0f ms in all",
 			 (long long) pace.batches, (long long) pace.yields, pace.yielded_ms);

@@ -52,6 +52,9 @@
 #   BENCH_SOAK_SAMPLE      seconds between two samples of the soak (5; --smoke: 2)
 #   BENCH_SOAK_WINDOW      the soak's window, dedup_set_retention, in s (20)
 #   BENCH_SOAK_INTERVAL    the soak's dedup.sweep_interval, in s (2)
+#   BENCH_SOAK_SETTINGS    more server settings for the soak, as name=value
+#                          separated by spaces, put back afterwards (none;
+#                          e.g. dedup.sweep_vacuum_threshold=0)
 #   BENCH_ROWS             only these rows, comma-separated (e.g. 12; default:
 #                          all); a group of rows runs if any of its numbers is
 #                          listed (1-4, 6, 7 run together).  Row 8R needs 1;
@@ -95,6 +98,7 @@ fi
 : "${BENCH_GROWTH_SMALL:=100000}" "${BENCH_GROWTH_LARGE:=2000000}"
 : "${BENCH_STREAM_CLAIMS:=10000000}"
 : "${BENCH_SOAK_SECONDS:=600}" "${BENCH_SOAK_SAMPLE:=5}" "${BENCH_SOAK_WINDOW:=20}" "${BENCH_SOAK_INTERVAL:=2}"
+: "${BENCH_SOAK_SETTINGS:=}"
 : "${BENCH_ROWS:=}"
 : "${BENCH_OUT:=/tmp/dedup-bench.$(date +%Y%m%d-%H%M%S)}"
 
@@ -138,7 +142,7 @@ python3 "$BENCH_DIR/report.py" "$BENCH_OUT" \
 	"sweep_rounds=$BENCH_SWEEP_ROUNDS" "growth_small=$BENCH_GROWTH_SMALL" \
 	"growth_large=$BENCH_GROWTH_LARGE" "stream_claims=$BENCH_STREAM_CLAIMS" \
 	"soak_seconds=$BENCH_SOAK_SECONDS" "soak_sample=$BENCH_SOAK_SAMPLE" "soak_window=$BENCH_SOAK_WINDOW" \
-	"soak_interval=$BENCH_SOAK_INTERVAL" "rows=${BENCH_ROWS:-all}" "server=$(psql_v 'SELECT version()')" \
+	"soak_interval=$BENCH_SOAK_INTERVAL" "soak_settings=$BENCH_SOAK_SETTINGS" "rows=${BENCH_ROWS:-all}" "server=$(psql_v 'SELECT version()')" \
 	"redis=$(redis-server --version 2>/dev/null | awk '{ print $3 }')" \
 	"cpus=$(nproc)" "date=$(date -Is)" "elapsed_s=$(($(date +%s) - started))"
 echo

@@ -6,8 +6,9 @@
 # speed (claim_insert.sql, BENCH_CLIENTS clients, consumer 'bench') with a
 # short window (dedup_set_retention, BENCH_SOAK_WINDOW), the sweeper every
 # BENCH_SOAK_INTERVAL seconds (dedup's other sweep settings at their
-# defaults) and autovacuum at its defaults, as a busy production server would
-# run; every BENCH_SOAK_SAMPLE seconds a sample into $BENCH_OUT/soak.csv; then
+# defaults, the sweeper's own VACUUM included) and autovacuum at its
+# defaults, as a busy production server would run, with BENCH_SOAK_SETTINGS
+# (name=value ..., none by default) over those; every BENCH_SOAK_SAMPLE seconds a sample into $BENCH_OUT/soak.csv; then
 # the bytes per row of as many rows freshly loaded into an empty, vacuumed
 # table (growth.sh's growth_fill); the result rows, over the last half of the
 # soak:
@@ -27,7 +28,7 @@
 # soak.csv, the whole sample's time (psql's connection included), bounds its
 # cost; n_live_tup is kept beside it for comparison.
 
-SOAK_COLUMNS=elapsed_s,live_rows,n_live_tup,dead_tuples,total_bytes,heap_bytes,index_bytes,bytes_per_live_row,claims,claim_rate,autovacuum_count,sample_ms
+SOAK_COLUMNS=elapsed_s,live_rows,n_live_tup,dead_tuples,total_bytes,heap_bytes,index_bytes,bytes_per_live_row,claims,claim_rate,autovacuum_count,sample_ms,vacuum_count
 
 # soak_sample START PREV: one line of soak.csv, START the soak's start and
 # PREV the previous line (for the claim rate over the interval since)
@@ -38,16 +39,16 @@ soak_sample() {
 			pg_total_relation_size(s.relid), pg_relation_size(s.relid), pg_indexes_size(s.relid),
 			(SELECT coalesce(sum(c.claims + c.duplicates), 0) FROM dedup_claim_counters() c
 			  WHERE c.consumer = 'bench'),
-			s.autovacuum_count
+			s.autovacuum_count, s.vacuum_count
 		  FROM pg_stat_user_tables s WHERE s.relid = 'processed_messages'::regclass")
 	t1=$(date +%s.%N)
 	awk -F'|' -v start="$start" -v t0="$t0" -v t1="$t1" -v prev="$prev" '{
 		n = split(prev, p, ",")
 		el = t0 - start
 		rate = (n > 0 && el > p[1]) ? ($7 - p[9]) / (el - p[1]) : ""
-		printf "%.1f,%d,%d,%d,%d,%d,%d,%s,%d,%s,%d,%.0f\n", el, $1, $2, $3, $4, $5, $6,
+		printf "%.1f,%d,%d,%d,%d,%d,%d,%s,%d,%s,%d,%.0f,%d\n", el, $1, $2, $3, $4, $5, $6,
 			($1 > 0 ? sprintf("%.1f", $4 / $1) : ""), $7, (rate == "" ? "" : sprintf("%.0f", rate)),
-			$8, (t1 - t0) * 1000
+			$8, (t1 - t0) * 1000, $9
 	}' <<<"$v"
 }
 
@@ -114,14 +115,19 @@ soak_claims() {
 bench_soak() {
 	local window=$BENCH_SOAK_WINDOW interval=$BENCH_SOAK_INTERVAL half saved live fresh tps
 	local changed=(autovacuum dedup.sweep_enabled dedup.sweep_interval dedup.sweep_max_duration
-		dedup.sweep_batch_delay dedup.sweep_batch_size)
-	section "12. steady state: $BENCH_SOAK_SECONDS s of single claims, a ${window} s window, the sweeper every ${interval} s, autovacuum on"
+		dedup.sweep_batch_delay dedup.sweep_batch_size dedup.sweep_vacuum_threshold)
+	local extra=($BENCH_SOAK_SETTINGS) kv
+	for kv in "${extra[@]}"; do
+		changed+=("${kv%%=*}")
+	done
+	section "12. steady state: $BENCH_SOAK_SECONDS s of single claims, a ${window} s window, the sweeper every ${interval} s, autovacuum on${BENCH_SOAK_SETTINGS:+, $BENCH_SOAK_SETTINGS}"
 	mapfile -t saved < <(server_settings "${changed[@]}")
 	psql_q -c "TRUNCATE processed_messages, plain_messages" -c "VACUUM ANALYZE processed_messages" \
 		-c "SELECT dedup_stats_reset('bench')" -c "SELECT dedup_set_retention('bench', '$window seconds')" \
 		-c "SELECT pg_stat_reset_single_table_counters('processed_messages'::regclass)" >/dev/null
 	server_conf autovacuum=on dedup.sweep_enabled=on dedup.sweep_interval="$interval" \
-		dedup.sweep_max_duration dedup.sweep_batch_delay dedup.sweep_batch_size
+		dedup.sweep_max_duration dedup.sweep_batch_delay dedup.sweep_batch_size \
+		dedup.sweep_vacuum_threshold "${extra[@]}"
 	soak_claims
 	server_conf "${saved[@]}"
 	psql_q -c "SELECT dedup_reset_retention('bench')" >/dev/null
@@ -144,7 +150,10 @@ bench_soak() {
 	psql_q -c "DROP TABLE growth_keys" -c "TRUNCATE processed_messages, plain_messages" \
 		-c "VACUUM ANALYZE processed_messages" -c "VACUUM ANALYZE plain_messages"
 
-	local ratios cv
+	local ratios cv vacuums
+	vacuums=$(awk -F, -v a="$(soak_col autovacuum_count)" -v v="$(soak_col vacuum_count)" \
+		'NR == 2 { a0 = $a; v0 = $v } NR > 1 { a1 = $a; v1 = $v }
+		END { printf "%d by autovacuum, %d by the sweeper\n", a1 - a0, v1 - v0 }' "$BENCH_OUT/soak.csv")
 	ratios=$(awk -F, -v from="$half" 'NR > 1 && $1 >= from && $2 > 0 { print $4 / $2 }' "$BENCH_OUT/soak.csv" |
 		sort -g | awk '{ v[NR] = $1 } END { printf "%.2f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 	cv=$(awk '{ s += $1; q += $1 * $1; n++ }
@@ -154,7 +163,8 @@ bench_soak() {
 		"fresh load, $live rows" soak_fresh_bytes_per_row "soak" soak_bytes_per_row \
 		"target: <= 2x; pg_total_relation_size / count(*)"
 	result 12b "steady state: dead tuples / live rows (last half)" rows \
-		"live rows" soak_live "dead tuples" soak_dead "median of the samples' dead/live: $ratios"
+		"live rows" soak_live "dead tuples" soak_dead \
+		"median of the samples' dead/live: $ratios; VACUUMs in the soak: $vacuums"
 	figure 12c "steady state: claim rate per ${BENCH_SOAK_SAMPLE} s (last half), coefficient of variation" claims/s \
 		"soak" soak_rate "$cv" "ratio column: stdev / mean; pgbench: $tps tps over the whole soak"
 

@@ -6,9 +6,10 @@
 #      no sweeper runs, and reading the view logs nothing.
 #   2. Binary-upgrade mode (postgres -b): the launcher is not even
 #      registered, although the library is preloaded.
-#   3. The dedup.* parameters (dedup.retention, dedup.sweep_busy_share)
-#      cannot be set by SET, ALTER ROLE or ALTER DATABASE, bad values are
-#      refused, and the "dedup" prefix is reserved.
+#   3. The dedup.* parameters (dedup.retention, dedup.sweep_busy_share,
+#      dedup.sweep_vacuum_threshold) cannot be set by SET, ALTER ROLE or
+#      ALTER DATABASE, bad values are refused, and the "dedup" prefix is
+#      reserved.
 #
 use strict;
 use warnings;
@@ -177,29 +178,34 @@ is( $node->safe_psql(
 	'dedup.retention is unchanged for alice');
 
 # the same for dedup.sweep_busy_share: a role that could lower it could
-# stall the sweep, one that could raise it could make it take a core
+# stall the sweep, one that could raise it could make it take a core; and
+# for dedup.sweep_vacuum_threshold: one that could set it could turn the
+# sweeper's VACUUM off, or make it vacuum after every sweep
+for my $setting (['sweep_busy_share', '100', '1', '10'],
+	['sweep_vacuum_threshold', '0', '0.001', '0.2'])
 {
-	my $cannot_share = qr/ERROR:  (?:55P02|42501): (?:parameter "dedup\.sweep_busy_share" cannot be changed now|permission denied)/;
+	my ($name, $value, $other, $default) = @$setting;
+	my $cannot = qr/ERROR:  (?:55P02|42501): (?:parameter "dedup\.$name" cannot be changed now|permission denied)/;
 	for my $sql (
-		q{SET dedup.sweep_busy_share = 100},
-		q{SELECT set_config('dedup.sweep_busy_share', '1', false)},
-		q{ALTER ROLE alice SET dedup.sweep_busy_share = 100},
-		q{ALTER DATABASE alicedb SET dedup.sweep_busy_share = 100})
+		qq{SET dedup.$name = $value},
+		qq{SELECT set_config('dedup.$name', '$other', false)},
+		qq{ALTER ROLE alice SET dedup.$name = $value},
+		qq{ALTER DATABASE alicedb SET dedup.$name = $value})
 	{
-		$node->psql_fails_like('alicedb', $sql, $cannot_share,
+		$node->psql_fails_like('alicedb', $sql, $cannot,
 			"alice: $sql", connstr => $alice);
 	}
 	$node->psql_fails_like('alicedb',
-		q{ALTER SYSTEM SET dedup.sweep_busy_share = 100},
-		qr/ERROR:  42501: (?:permission denied to set parameter "dedup\.sweep_busy_share"|must be superuser)/,
-		'alice: ALTER SYSTEM SET dedup.sweep_busy_share',
+		qq{ALTER SYSTEM SET dedup.$name = $value},
+		qr/ERROR:  42501: (?:permission denied to set parameter "dedup\.$name"|must be superuser)/,
+		"alice: ALTER SYSTEM SET dedup.$name",
 		connstr => $alice);
 	$node->connect_fails(
-		"$alice options='-c dedup.sweep_busy_share=100'",
-		'alice: dedup.sweep_busy_share as a connection option',
-		expected_stderr => qr/parameter "dedup\.sweep_busy_share" cannot be changed now/);
-	is($node->safe_psql('alicedb', 'SHOW dedup.sweep_busy_share', connstr => $alice),
-		'10', 'dedup.sweep_busy_share is unchanged for alice');
+		"$alice options='-c dedup.$name=$value'",
+		"alice: dedup.$name as a connection option",
+		expected_stderr => qr/parameter "dedup\.$name" cannot be changed now/);
+	is($node->safe_psql('alicedb', "SHOW dedup.$name", connstr => $alice),
+		$default, "dedup.$name is unchanged for alice");
 }
 
 # bad values, even from a superuser
@@ -221,6 +227,9 @@ $node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.sweep_busy_share = 0
 $node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.sweep_busy_share = 101},
 	qr/ERROR:  22023: 101 is outside the valid range for parameter "dedup\.sweep_busy_share" \(1 \.\. 100\)/,
 	'ALTER SYSTEM dedup.sweep_busy_share = 101');
+$node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.sweep_vacuum_threshold = -0.1},
+	qr/ERROR:  22023: -0\.1 is outside the valid range for parameter "dedup\.sweep_vacuum_threshold" \(0 \.\. 100\)/,
+	'ALTER SYSTEM dedup.sweep_vacuum_threshold = -0.1');
 my $err = $node->psql_fails_like('postgres', q{ALTER SYSTEM SET dedup.databases = 'a,,b'},
 	qr/ERROR:  22023: invalid value for parameter "dedup\.databases": "a,,b"/,
 	'ALTER SYSTEM dedup.databases = a,,b');

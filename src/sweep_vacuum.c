@@ -1,0 +1,176 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweep_vacuum.c
+ *	  The sweeper's VACUUM of processed_messages: after a sweep, when the
+ *	  table's dead rows exceed dedup.sweep_vacuum_threshold of its live ones
+ *	  (plus autovacuum_vacuum_threshold), the sweeper vacuums it at once.
+ *
+ * Why: autovacuum looks at a table at most once per autovacuum_naptime, and
+ * no per-table setting makes it come more often; with a short retention
+ * window at full speed, the rows swept between two of its visits are
+ * several times the live ones, and the table and its indexes grow to hold
+ * them.  The sweeper knows when it has just made dead rows, and so vacuums
+ * them while their pages are still in cache.
+ *
+ * How: as a utility command runs, ExecVacuum() with a VacuumStmt built
+ * here: a plain VACUUM (no FULL, no ANALYZE, no parallel workers, like
+ * autovacuum's) of the table by OID, with SKIP_LOCKED.  vacuum() commits
+ * the transaction it is given, vacuums the table (and then its TOAST
+ * table) in transactions of its own, and starts a new one for its caller to
+ * commit; it refuses to run in a transaction block, which a background
+ * worker between its own transactions is not in (15 to 18 alike).  Its
+ * cross-transaction memory is a child of PortalContext, which a background
+ * worker has none of: we provide one for the command, and delete it after.
+ *
+ * Whose privileges: the sweeper's session user, the bootstrap superuser
+ * (BackgroundWorkerInitializeConnectionByOid with no role), which may
+ * vacuum every table, as autovacuum's may; vacuum_rel() then runs the work
+ * as the table's owner in a security-restricted operation (15 to 18; 17
+ * and later also restrict its search_path), as for any VACUUM.
+ *
+ * Paced like autovacuum: its vacuum_cost_delay and vacuum_cost_limit are
+ * autovacuum_vacuum_cost_delay and autovacuum_vacuum_cost_limit when those
+ * are set (by default a 2 ms delay, with vacuum_cost_limit), not balanced
+ * with autovacuum's workers.  What bounds it: it never waits for the table
+ * lock (SKIP_LOCKED: if autovacuum or a DBA's VACUUM has it, this sweep
+ * does not vacuum); the cost delay leaves the disk to claims; a SIGTERM
+ * stops it at the next page.  dedup.sweep_max_duration does not: it is
+ * checked between batches only, and a VACUUM runs to its end (as long as
+ * autovacuum's would, on the same table).  VACUUM's truncation of empty
+ * pages at the end of the table only tries its lock, as autovacuum's does.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/vacuum.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_node.h"
+#include "pgstat.h"
+#include "postmaster/autovacuum.h"
+#include "storage/lmgr.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "compat.h"
+#include "guc.h"
+#include "relations.h"
+#include "sweep_vacuum.h"
+
+/* autovacuum's pace, for the sweeper's VACUUM (where it has one) */
+static void
+sweep_vacuum_set_costs(void)
+{
+	char		value[32];
+
+	if (autovacuum_vac_cost_delay >= 0)
+	{
+		snprintf(value, sizeof(value), "%g", autovacuum_vac_cost_delay);
+		SetConfigOption("vacuum_cost_delay", value, PGC_SUSET, PGC_S_OVERRIDE);
+	}
+	if (autovacuum_vac_cost_limit > 0)
+	{
+		snprintf(value, sizeof(value), "%d", autovacuum_vac_cost_limit);
+		SetConfigOption("vacuum_cost_limit", value, PGC_SUSET, PGC_S_OVERRIDE);
+	}
+}
+
+/*
+ * Does processed_messages need a VACUUM now, and may we have it?  Returns
+ * its OID, or InvalidOid.  In a transaction.
+ */
+static Oid
+sweep_vacuum_target(void)
+{
+	const DedupRelations *rels = dedup_relations(true);
+	PgStat_StatTabEntry *entry;
+	double		dead;
+	double		live;
+
+	if (rels == NULL)
+		return InvalidOid;
+	entry = pgstat_fetch_stat_tabentry(rels->messages);
+	if (entry == NULL)
+		return InvalidOid;
+	dead = dedup_tabentry_dead_tuples(entry);
+	live = dedup_tabentry_live_tuples(entry);
+	if (dead <= autovacuum_vac_thresh + dedup_sweep_vacuum_threshold * live)
+		return InvalidOid;
+
+	/*
+	 * Autovacuum, or a DBA's VACUUM, may be at it already: then leave it
+	 * (SKIP_LOCKED would skip it too, but silently).
+	 */
+	if (!ConditionalLockRelationOid(rels->messages, ShareUpdateExclusiveLock))
+	{
+		elog(DEBUG1, "dedup sweep: not vacuuming processed_messages (%.0f dead rows, %.0f live): another session holds its lock",
+			 dead, live);
+		return InvalidOid;
+	}
+	UnlockRelationOid(rels->messages, ShareUpdateExclusiveLock);
+	elog(DEBUG1, "dedup sweep: vacuuming processed_messages: %.0f dead rows, %.0f live",
+		 dead, live);
+	return rels->messages;
+}
+
+/*
+ * After a sweep, outside any transaction: VACUUM processed_messages if
+ * enough of it is dead.  Returns whether it did.
+ */
+bool
+dedup_sweep_vacuum(void)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	MemoryContext vacuum_context;
+	VacuumStmt *stmt;
+	ParseState *pstate;
+	Oid			relid;
+
+	if (dedup_sweep_vacuum_threshold <= 0)
+		return false;
+
+	/* the counts we read include our own deletes */
+	pgstat_report_stat(true);
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	pgstat_report_activity(STATE_RUNNING, "dedup sweep: counting dead rows");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	relid = sweep_vacuum_target();
+	PopActiveSnapshot();
+	if (!OidIsValid(relid))
+	{
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		MemoryContextSwitchTo(caller_context);
+		return false;
+	}
+
+	sweep_vacuum_set_costs();
+	pgstat_report_activity(STATE_RUNNING, "dedup sweep: vacuuming processed_messages");
+
+	/* what must outlive vacuum()'s commits */
+	vacuum_context = AllocSetContextCreate(caller_context, "dedup sweep vacuum",
+										   ALLOCSET_DEFAULT_SIZES);
+	PortalContext = vacuum_context;
+	MemoryContextSwitchTo(vacuum_context);
+	stmt = makeNode(VacuumStmt);
+	stmt->options = list_make2(makeDefElem("skip_locked", NULL, -1),
+							   makeDefElem("parallel",
+										   (Node *) makeInteger(0), -1));
+	stmt->rels = list_make1(makeVacuumRelation(NULL, relid, NIL));
+	stmt->is_vacuumcmd = true;
+	pstate = make_parsestate(NULL);
+
+	ExecVacuum(pstate, stmt, true);
+	CommitTransactionCommand();
+
+	PortalContext = NULL;
+	MemoryContextSwitchTo(caller_context);
+	MemoryContextDelete(vacuum_context);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return true;
+}

@@ -1,0 +1,14 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweep_vacuum.h
+ *	  The sweeper's VACUUM of processed_messages after a sweep that left
+ *	  many dead rows in it (sweep_vacuum.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEDUP_SWEEP_VACUUM_H
+#define DEDUP_SWEEP_VACUUM_H
+
+extern bool dedup_sweep_vacuum(void);
+
+#endif							/* DEDUP_SWEEP_VACUUM_H */

@@ -1,0 +1,156 @@
+#
+# 028_sweeper_vacuum.pl: the sweeper vacuums what it swept.
+#
+# One node with autovacuum off (so that every VACUUM of processed_messages
+# is the sweeper's), sweeps on request and the sweeper's DEBUG1 lines in the
+# log.  Old claims are back-dated rows inserted straight into
+# processed_messages (as superuser).  What is checked:
+#
+#  1. a sweep that deletes most of the table vacuums it: vacuum_count in
+#     pg_stat_user_tables goes up by one, n_dead_tup drops to 0, and the log
+#     says so;
+#  2. with dedup.sweep_vacuum_threshold = 0 a sweep deletes as before but
+#     does not vacuum: the dead rows stay;
+#  3. while another session holds SHARE UPDATE EXCLUSIVE on the table (as
+#     a VACUUM does), a sweep completes, deletes, and neither waits nor
+#     vacuums; once the lock is gone, the next sweep vacuums;
+#  4. a sweep that leaves few dead rows (below the threshold) does not
+#     vacuum;
+#  5. the VACUUM goes at autovacuum's pace (autovacuum_vacuum_cost_delay
+#     and autovacuum_vacuum_cost_limit), and pg_stat_activity shows it.
+#
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupNode;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = DedupNode->create('vacuum', sweeps => 'on request',
+	conf => { autovacuum => 'off', log_min_messages => 'debug1' });
+$node->safe_psql('postgres', 'CREATE DATABASE db1');
+$node->safe_psql('db1', 'CREATE EXTENSION dedup');
+
+my $L = DedupNode::LATEST_CLAIM;
+
+# vacuum_count and n_dead_tup of processed_messages, as "count|dead"
+sub vacuum_stats
+{
+	return $node->safe_psql('db1', q{
+SELECT vacuum_count || '|' || n_dead_tup FROM pg_stat_user_tables
+ WHERE relid = 'processed_messages'::regclass});
+}
+
+# 1000 claims in the window of consumer 'keep', 2000 expired ones of $consumer
+$node->safe_psql('db1', qq{
+INSERT INTO processed_messages
+SELECT 'keep', 'k' || i, $L FROM generate_series(1, 1000) i});
+sub add_expired
+{
+	my ($consumer) = @_;
+	$node->safe_psql('db1', qq{
+INSERT INTO processed_messages
+SELECT '$consumer', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
+  FROM generate_series(1, 2000) i
+UNION ALL VALUES ('$consumer', 'latest', $L)});
+	return;
+}
+
+###############################################################################
+note('1. a sweep that deletes most rows vacuums');
+
+ok($node->sweep_until('db1', 'done'), 'db1: a first sweep completed (settle)');
+add_expired('a');
+my ($count0) = split /\|/, vacuum_stats();
+my $offset = -s $node->logfile;
+is($node->sweep('db1'), 'done', 'db1: the sweep of 2000 expired rows is done');
+is($node->count_of('db1', 'a'), '1', 'the 2000 expired rows are deleted');
+is(vacuum_stats(), ($count0 + 1) . '|0',
+	'the sweep vacuumed processed_messages: vacuum_count + 1, no dead rows left');
+ok($node->log_count($offset,
+		qr/dedup sweep: vacuuming processed_messages: 2\d\d\d dead rows, 10\d\d live/) == 1,
+	'the log says why (DEBUG1): the dead and live rows');
+
+###############################################################################
+note('2. dedup.sweep_vacuum_threshold = 0: no VACUUM');
+
+$node->set_config('dedup.sweep_vacuum_threshold', '0', '0');
+ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (settle: new setting)');
+add_expired('b');
+($count0) = split /\|/, vacuum_stats();
+is($node->sweep('db1'), 'done', 'db1: the sweep is done');
+is($node->count_of('db1', 'b'), '1', 'the 2000 expired rows are deleted');
+is(vacuum_stats(), "$count0|2000", 'no VACUUM: the 2000 dead rows stay');
+
+###############################################################################
+note('3. a lock held by another session: no wait, no VACUUM');
+
+$node->set_config('dedup.sweep_vacuum_threshold', undef, '0.2');
+ok($node->sweep_until('db1', 'done'),
+	'db1: a sweep completed (settle: default setting; it vacuums the rows of section 2)');
+($count0) = split /\|/, vacuum_stats();
+my $holder = $node->background_psql('db1');
+$holder->query_safe(q{
+BEGIN;
+LOCK TABLE processed_messages IN SHARE UPDATE EXCLUSIVE MODE});
+add_expired('c');
+$offset = -s $node->logfile;
+is($node->sweep('db1'), 'done', 'db1: the sweep is done while the lock is held');
+is($node->count_of('db1', 'c'), '1', 'the 2000 expired rows are deleted');
+is(vacuum_stats(), "$count0|2000", 'no VACUUM: the 2000 dead rows stay');
+ok($node->log_count($offset,
+		qr/dedup sweep: not vacuuming processed_messages \(2\d\d\d dead rows, 10\d\d live\): another session holds its lock/) == 1,
+	'the log says why (DEBUG1)');
+is($node->safe_psql('db1', q{
+SELECT count(*) FROM pg_locks WHERE NOT granted}), '0', 'nobody waits for a lock');
+$holder->query_safe('COMMIT');
+$holder->quit;
+is($node->sweep('db1'), 'done', 'db1: the next sweep is done');
+is(vacuum_stats(), ($count0 + 1) . '|0', 'with the lock gone, it vacuumed');
+
+###############################################################################
+note('4. few dead rows: no VACUUM');
+
+($count0) = split /\|/, vacuum_stats();
+$node->safe_psql('db1', qq{
+INSERT INTO processed_messages
+SELECT 'd', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
+  FROM generate_series(1, 100) i
+UNION ALL VALUES ('d', 'latest', $L)});
+is($node->sweep('db1'), 'done', 'db1: the sweep of 100 expired rows is done');
+is($node->count_of('db1', 'd'), '1', 'the 100 expired rows are deleted');
+is(vacuum_stats(), "$count0|100",
+	'no VACUUM: 100 dead rows are below 50 + 0.2 x 1000 live');
+
+###############################################################################
+note("5. autovacuum's pace, in pg_stat_activity");
+
+# one page per 10 ms: a VACUUM of a few seconds, watched from inside the
+# server
+$node->set_config('autovacuum_vacuum_cost_limit', '1', '1');
+$node->set_config('autovacuum_vacuum_cost_delay', '10ms', '10ms');
+($count0) = split /\|/, vacuum_stats();
+my ($since, $seen) = $node->watch_sweep(
+	'db1', q{
+SELECT wait_event FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = 'db1'
+   AND query = 'dedup sweep: vacuuming processed_messages'
+   AND wait_event = 'VacuumDelay'}, qq{
+INSERT INTO processed_messages
+SELECT 'e', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
+  FROM generate_series(1, 2000) i
+UNION ALL VALUES ('e', 'latest', $L)});
+is($seen, 'VacuumDelay',
+	'pg_stat_activity shows the sweeper vacuuming, in its cost delay');
+is($node->wait_sweep_after('db1', $since), 'done', 'db1: that sweep is done');
+# (not all of the dead rows: the watching transaction held them back)
+is((split /\|/, vacuum_stats())[0], $count0 + 1, 'it vacuumed');
+$node->set_config('autovacuum_vacuum_cost_limit', undef, '-1');
+$node->set_config('autovacuum_vacuum_cost_delay', undef, '2ms');
+
+my @problems = $node->log_problems(0);
+is(join("\n", @problems), '', 'no warning or error in the log');
+
+done_testing();
