@@ -79,10 +79,9 @@ suite() {
 		--exclude=./tmp_check_regress --exclude=./output_iso -cf - . | tar -C "$work" -xf -
 	[ -z "$root" ] || chown -R postgres: "$work"
 
-	# the three parts one after the other (MAKE_ARGS: one make run); three
+	# the three parts one after the other (MAKE_ARGS: one make run); two
 	# TAP files at a time: most of a TAP file's time is spent waiting (for
-	# sweeps, brokers, restarts), not computing (a quiet run of all three
-	# versions with two at a time kept the 2 cores 54% busy)
+	# sweeps, brokers, restarts), not computing
 	local parts=("pg_regress:ISOLATION= TAP_TESTS=" "isolation:REGRESS= TAP_TESTS=" "TAP:REGRESS= ISOLATION=")
 	[ $# -eq 0 ] || parts=("installcheck:")
 	local part name vars rc=0
@@ -93,7 +92,7 @@ suite() {
 		(cd "$work" && timed "PostgreSQL $pg: $name" "${as[@]}" \
 			env PATH="/usr/lib/postgresql/$pg/bin:$PATH" "${require[@]}" \
 			make -s installcheck PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" \
-			PROVE_FLAGS="--timer -j3" "${vars[@]}" "$@") 2>&1 | tee "$work/$name.out" || rc=1
+			PROVE_FLAGS="--timer -j2" "${vars[@]}" "$@") 2>&1 | tee "$work/$name.out" || rc=1
 	done
 	if [ $rc -eq 0 ]; then
 		rm -rf "$work"

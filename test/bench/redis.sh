@@ -44,27 +44,40 @@ redis_available() {
 	command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null
 }
 
-# redis_start PORT [CONFIG-ARG...]: a redis-server of our own on 127.0.0.1:PORT
-# with an empty temporary directory; waits until it answers
+# redis_start PORT [CONFIG-ARG...]: a redis-server of our own on 127.0.0.1,
+# with an empty temporary directory; waits until it answers.  The port is
+# PORT, or when another process has it (next to the benchmark, the host's
+# TAP tests listen on random ports), the next free one above: REDIS_PORT
+# says which
 redis_start() {
-	local port=$1 dir
+	local port=$1 dir pid i attempt
 	shift
-	dir=$(mktemp -d /tmp/dedup-bench-redis.XXXXXX)
-	REDIS_DIRS+=("$dir")
 	local run=()
-	if [ "$(id -u)" -eq 0 ]; then
-		chown postgres: "$dir"
-		# setpriv execs (runuser would fork and chatter when stopped)
-		run=(setpriv --reuid=postgres --regid=postgres --init-groups --)
-	fi
-	"${run[@]}" redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" \
-		--daemonize no --save '' --logfile "$dir/redis.log" "$@" &
-	REDIS_PIDS+=($!)
-	local i
-	for i in $(seq 100); do
-		redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG && return 0
-		sleep 0.1
+	[ "$(id -u)" -ne 0 ] ||
+		run=(setpriv --reuid=postgres --regid=postgres --init-groups --)	# execs, unlike runuser
+	for attempt in $(seq 20); do
+		dir=$(mktemp -d /tmp/dedup-bench-redis.XXXXXX)
+		REDIS_DIRS+=("$dir")
+		[ "$(id -u)" -ne 0 ] || chown postgres: "$dir"
+		"${run[@]}" redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" \
+			--daemonize no --save '' --logfile "$dir/redis.log" "$@" &
+		pid=$!
+		for i in $(seq 100); do
+			# its own log, not a ping: a ping could reach whoever has the port
+			if grep -q 'Ready to accept connections' "$dir/redis.log" 2>/dev/null &&
+				timeout 5 redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; then
+				REDIS_PIDS+=("$pid")
+				REDIS_PORT=$port
+				return 0
+			fi
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		grep -q 'Address already in use' "$dir/redis.log" 2>/dev/null || break
+		wait "$pid" 2>/dev/null || true
+		port=$((port + 2))
 	done
+	kill "$pid" 2>/dev/null || true
 	echo "redis-server on port $port did not start:" >&2
 	cat "$dir/redis.log" >&2 || true
 	return 1
@@ -117,9 +130,11 @@ bench_redis() {
 		skip 5 "Redis SET NX EX" "not available: redis-server/redis-benchmark are not installed (run as root to install them)"
 		return 0
 	fi
-	local p1=$BENCH_REDIS_PORT p2=$((BENCH_REDIS_PORT + 1)) n1 n2
-	redis_start "$p1" --appendonly no
-	redis_start "$p2" --appendonly yes --appendfsync everysec
+	local p1 p2 n1 n2
+	redis_start "$BENCH_REDIS_PORT" --appendonly no
+	p1=$REDIS_PORT
+	redis_start $((p1 + 1)) --appendonly yes --appendfsync everysec
+	p2=$REDIS_PORT
 	n1=$(redis_requests "$p1")
 	n2=$(redis_requests "$p2")
 	arm redis_none redis_rate "$p1" "$n1"
