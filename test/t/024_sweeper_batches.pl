@@ -322,6 +322,8 @@ SELECT '$consumer', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
 UNION ALL VALUES ('$consumer', 'latest', $L)});
 	ok(wait_until(sub { $node->count_of('db1', $consumer) eq '1' }),
 		"$consumer: the 2000 expired rows are swept");
+	# a sweep's summary is logged once it has ended, after its last delete
+	wait_until(sub { (yields_logged($offset))[0] >= 40 });
 	my ($batches, $yields) = yields_logged($offset);
 	if ($with_claims)
 	{
