@@ -56,16 +56,15 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# PostgreSQL 17 and later: the TAP tests' nodes copy one cluster made by
-# initdb at the start instead of each running initdb (as PostgreSQL's own
-# "make check" does)
+# the TAP tests' nodes copy one cluster made by initdb at the start instead
+# of each running initdb, as PostgreSQL's own "make check" does (17 and
+# later do it themselves when INITDB_TEMPLATE is set; test/perl/DedupNode.pm
+# does it on 15)
 ifneq ($(TAP_TESTS),)
-ifeq ($(shell test $(MAJORVERSION) -ge 17 && echo yes),yes)
 export INITDB_TEMPLATE = $(CURDIR)/tmp_initdb_template
 installcheck: initdb-template
 .PHONY: initdb-template
 initdb-template:
 	rm -rf '$(INITDB_TEMPLATE)'
 	'$(bindir)/initdb' -D '$(INITDB_TEMPLATE)' -A trust -N --no-instructions >/dev/null
-endif
 endif

@@ -63,6 +63,18 @@ timed() {
 	return $rc
 }
 
+# part NAME MAKE_VARIABLES...: one "make installcheck" of suite() below, in
+# its copy of the tree ($work), its output kept in $work/NAME.out
+part() {
+	local name=$1
+	shift
+	echo "== make installcheck ($name) in $work"
+	(cd "$work" && timed "PostgreSQL $pg: $name" "${as[@]}" \
+		env PATH="/usr/lib/postgresql/$pg/bin:$PATH" "${require[@]}" \
+		make -s installcheck PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" \
+		PROVE_FLAGS="--timer -j2" "$@") 2>&1 | tee "$work/$name.out"
+}
+
 # suite N MAKE_ARGS...: make installcheck for PostgreSQL N on this system,
 # in a private copy of the tree the tests may write into
 suite() {
@@ -79,21 +91,23 @@ suite() {
 		--exclude=./tmp_check_regress --exclude=./output_iso -cf - . | tar -C "$work" -xf -
 	[ -z "$root" ] || chown -R postgres: "$work"
 
-	# the three parts one after the other (MAKE_ARGS: one make run); two
-	# TAP files at a time: most of a TAP file's time is spent waiting (for
-	# sweeps, brokers, restarts), not computing
-	local parts=("pg_regress:ISOLATION= TAP_TESTS=" "isolation:REGRESS= TAP_TESTS=" "TAP:REGRESS= ISOLATION=")
-	[ $# -eq 0 ] || parts=("installcheck:")
-	local part name vars rc=0
-	for part in "${parts[@]}"; do
-		name=${part%%:*}
-		read -r -a vars <<<"${part#*:}"
-		echo "== make installcheck ($name) in $work"
-		(cd "$work" && timed "PostgreSQL $pg: $name" "${as[@]}" \
-			env PATH="/usr/lib/postgresql/$pg/bin:$PATH" "${require[@]}" \
-			make -s installcheck PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" \
-			PROVE_FLAGS="--timer -j2" "${vars[@]}" "$@") 2>&1 | tee "$work/$name.out" || rc=1
-	done
+	# pg_regress, then the isolation specs, next to the TAP files, two of
+	# them at a time: most of a TAP file's time is spent waiting (for
+	# sweeps, brokers, restarts), not computing; each part starts its own
+	# temporary instances (MAKE_ARGS: one make run)
+	local rc=0
+	if [ $# -ne 0 ]; then
+		part installcheck "$@" || rc=1
+	else
+		(
+			r=0
+			part pg_regress ISOLATION= TAP_TESTS= || r=1
+			part isolation REGRESS= TAP_TESTS= || r=1
+			exit $r
+		) &
+		part TAP REGRESS= ISOLATION= || rc=1
+		wait $! || rc=1
+	fi
 	if [ $rc -eq 0 ]; then
 		rm -rf "$work"
 		return 0
@@ -122,7 +136,7 @@ extras() {
 	local pg=$1 rc=0
 	export PG_MAJOR=$pg DEDUP_SETUP=none
 	timed "PostgreSQL $pg: benchmark smoke run" "$top/test/bench/run.sh" --smoke || rc=1
-	timed "PostgreSQL $pg: instructions per key" "$top/test/bench/instructions.sh" 100 || rc=1
+	timed "PostgreSQL $pg: instructions per key" "$top/test/bench/instructions.sh" --smoke || rc=1
 	timed "PostgreSQL $pg: demo" "$top/test/demo.sh" || rc=1
 	return $rc
 }

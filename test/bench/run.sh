@@ -50,6 +50,9 @@
 #   BENCH_STREAM_CLAIMS    claims by offset of row 11c (10000000)
 #   BENCH_SOAK_SECONDS     length of the soak, row 12 (600; --smoke: 30)
 #   BENCH_SOAK_SAMPLE      seconds between two samples of the soak (5; --smoke: 2)
+#   BENCH_SOAK_RATE        claims per second of the soak, all clients together
+#                          (none: full speed; --smoke: 2000, a harness check
+#                          that leaves the machine to what runs beside it)
 #   BENCH_SOAK_WINDOW      the soak's window, dedup_set_retention, in s (20)
 #   BENCH_SOAK_INTERVAL    the soak's dedup.sweep_interval, in s (2)
 #   BENCH_SOAK_SETTINGS    more server settings for the soak, as name=value
@@ -92,6 +95,7 @@ if [ "$BENCH_SMOKE" = 1 ]; then
 	: "${BENCH_SWEEP_SIZES:=20000,40000}" "${BENCH_DURING_ROWS:=20000}"
 	: "${BENCH_GROWTH_SMALL:=10000}" "${BENCH_GROWTH_LARGE:=50000}"
 	: "${BENCH_STREAM_CLAIMS:=20000}" "${BENCH_SOAK_SECONDS:=30}" "${BENCH_SOAK_SAMPLE:=2}"
+	: "${BENCH_SOAK_RATE:=2000}"
 fi
 : "${BENCH_SWEEP_SIZES:=500000,1000000}" "${BENCH_SWEEP_ROUNDS:=1}" "${BENCH_DURING_ROWS:=}"
 : "${BENCH_DURING_MAX:=8000000}" "${BENCH_SWEEP_DELAY:=10}" "${BENCH_DURING_SECONDS:=3}"

@@ -3,7 +3,7 @@
 # it turns autovacuum and the sweeper on, and leaves processed_messages empty).
 #
 # Owns: (12) a soak: BENCH_SOAK_SECONDS of single claims of new keys at full
-# speed (claim_insert.sql, BENCH_CLIENTS clients, consumer 'bench') with a
+# speed or at BENCH_SOAK_RATE per second (claim_insert.sql, BENCH_CLIENTS clients, consumer 'bench') with a
 # short window (dedup_set_retention, BENCH_SOAK_WINDOW), the sweeper every
 # BENCH_SOAK_INTERVAL seconds (dedup's other sweep settings at their
 # defaults, the sweeper's own VACUUM included) and autovacuum at its
@@ -85,6 +85,7 @@ soak_claims() {
 	echo "$SOAK_COLUMNS" >"$BENCH_OUT/soak.csv"
 	start=$(date +%s.%N)
 	pgbench -n -M prepared -T "$BENCH_SOAK_SECONDS" -c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" \
+		${BENCH_SOAK_RATE:+--rate="$BENCH_SOAK_RATE"} \
 		-f "$BENCH_DIR/claim_insert.sql" >"$BENCH_WORK/soak.pgbench" 2>&1 &
 	pid=$!
 	# a sample at every multiple of BENCH_SOAK_SAMPLE before the end; a
@@ -120,7 +121,7 @@ bench_soak() {
 	for kv in "${extra[@]}"; do
 		changed+=("${kv%%=*}")
 	done
-	section "12. steady state: $BENCH_SOAK_SECONDS s of single claims, a ${window} s window, the sweeper every ${interval} s, autovacuum on${BENCH_SOAK_SETTINGS:+, $BENCH_SOAK_SETTINGS}"
+	section "12. steady state: $BENCH_SOAK_SECONDS s of single claims, a ${window} s window, the sweeper every ${interval} s, autovacuum on${BENCH_SOAK_RATE:+, at most $BENCH_SOAK_RATE claims/s}${BENCH_SOAK_SETTINGS:+, $BENCH_SOAK_SETTINGS}"
 	mapfile -t saved < <(server_settings "${changed[@]}")
 	psql_q -c "TRUNCATE processed_messages, plain_messages" -c "VACUUM ANALYZE processed_messages" \
 		-c "SELECT dedup_stats_reset('bench')" -c "SELECT dedup_set_retention('bench', '$window seconds')" \

@@ -2,8 +2,9 @@
 # test/perl/DedupNode.pm: the TAP tests' cluster, a PostgreSQL::Test::Cluster
 # with dedup's settings and dedup's waits, so that a test file states only
 # what is particular to it.  Works with the TAP modules of PostgreSQL 15, 17
-# and 18 (it overrides nothing of the base class, whose constructor is
-# new($name) in each of them).
+# and 18 (whose constructor is new($name) in each of them); of the base
+# class it overrides only init(), on PostgreSQL 15, to copy the cluster that
+# INITDB_TEMPLATE names as 17 and later do themselves.
 #
 # Run one test (dedup installed in the server that pg_config names, as a user
 # that may create clusters; PROVE_TESTS takes several files, or a glob):
@@ -126,6 +127,28 @@ my %SWEEPS = (
 	},
 	'off' => { 'dedup.sweep_enabled' => 'off' },
 );
+
+# PostgreSQL 17 and later copy the cluster that INITDB_TEMPLATE names (made
+# once per run by the Makefile) instead of running initdb for each node,
+# unless initdb gets extra options; on 15 the copy stands in for that one
+# initdb call
+sub init
+{
+	my ($self, %params) = @_;
+	my $template = $ENV{INITDB_TEMPLATE};
+	return $self->SUPER::init(%params)
+	  if !defined $template
+	  || defined $params{extra}
+	  || $self->pg_version >= 17;
+	my $system_or_bail = \&PostgreSQL::Test::Utils::system_or_bail;
+	no warnings 'redefine';
+	local *PostgreSQL::Test::Utils::system_or_bail = sub {
+		return $system_or_bail->(@_) unless $_[0] eq 'initdb';
+		note('initializing database system by copying initdb template');
+		return $system_or_bail->('cp', '-RPp', $template, $self->data_dir);
+	};
+	return $self->SUPER::init(%params);
+}
 
 sub create
 {
