@@ -13,7 +13,8 @@
 #     Citus commits that update on the worker with two-phase commit (its
 #     remote commands: PREPARE TRANSACTION, COMMIT PREPARED), so a crash or a
 #     failed commit of the coordinator cannot keep the update and lose the
-#     claim; without a claim it still uses one-phase commit;
+#     claim (a serialization failure at the coordinator's commit rolls both
+#     back); without a claim it still uses one-phase commit;
 #  2. on a worker every function that reads or writes the worker's own
 #     table, which no distributed query reads, is refused: the claims,
 #     try/many, seen, forget, offsets, the sweep and the views;
@@ -127,6 +128,36 @@ COMMIT;
 });
 like($err, qr/issuing PREPARE TRANSACTION/,
 	'try_claim and a multi-shard update: two-phase commit');
+
+# the window two-phase commit closes: the coordinator's own commit fails
+# (here SERIALIZABLE's check at commit, after Citus has committed or
+# prepared the worker); the worker's update must go with the claim
+$coordinator->safe_psql('postgres', 'CREATE TABLE skew (k int PRIMARY KEY)');
+my $s1 = $coordinator->background_psql('postgres', on_error_stop => 0);
+my $s2 = $coordinator->background_psql('postgres');
+$s1->query_safe('BEGIN ISOLATION LEVEL SERIALIZABLE');
+$s1->query_safe("SELECT dedup_claim('loyalty-service', 'evt-ser')");
+$s1->query_safe("UPDATE loyalty SET points = points + 1 WHERE customer_id = 'CUS-2'");
+$s1->query_safe('SELECT count(*) FROM skew WHERE k = 1');
+$s1->query_safe('INSERT INTO skew VALUES (2)');
+$s2->query_safe('BEGIN ISOLATION LEVEL SERIALIZABLE');
+$s2->query_safe('SELECT count(*) FROM skew WHERE k = 2');
+$s2->query_safe('INSERT INTO skew VALUES (1)');
+$s2->query_safe('COMMIT');
+$s1->query('COMMIT');
+like($s1->{stderr}, qr/could not serialize access/,
+	'the coordinator fails its commit: a serialization failure');
+$s1->quit;
+$s2->quit;
+is($coordinator->safe_psql('postgres',
+		"SELECT count(*) FROM processed_messages WHERE message_id = 'evt-ser'"),
+	'0', 'the claim is rolled back');
+is($coordinator->safe_psql('postgres',
+		"SELECT points FROM loyalty WHERE customer_id = 'CUS-2'"),
+	'1', 'and the update on the worker with it (only the multi-shard update above counts)');
+ok($coordinator->poll_query_until('postgres',
+		q{SELECT count(*) = 0 FROM run_command_on_workers('SELECT count(*) FROM pg_prepared_xacts') WHERE result <> '0'}),
+	'no prepared transaction is left on the workers');
 
 ###############################################################################
 note('2. on a worker: refused');
