@@ -177,8 +177,7 @@ dedup_citus_check(const DedupRelations *rels)
 {
 	Oid			dist_partition;
 	Oid			catalog;
-	const Oid	tables[] = {rels->messages, rels->retention,
-	rels->consumer_roles, rels->positions};
+	Oid			tables[4];
 	int32		group = CITUS_COORDINATOR_GROUP;
 
 	if (dedup_local_xid() == checked_lxid && rels->messages == checked_messages)
@@ -187,6 +186,10 @@ dedup_citus_check(const DedupRelations *rels)
 	dist_partition = citus_catalog("pg_dist_partition");
 	if (OidIsValid(dist_partition))
 	{
+		tables[0] = rels->messages;
+		tables[1] = rels->retention;
+		tables[2] = rels->consumer_roles;
+		tables[3] = rels->positions;
 		for (int i = 0; i < lengthof(tables); i++)
 			if (OidIsValid(tables[i]) && citus_manages(dist_partition, tables[i]))
 				refuse_managed(tables[i]);
