@@ -173,7 +173,8 @@ for my $call (
 	"SELECT dedup_claim_offset('loyalty-service', 'orders', 0, 1)",
 	'SELECT dedup_sweep()',
 	'SELECT * FROM dedup_storage',
-	'SELECT * FROM dedup_consumer_storage()')
+	'SELECT * FROM dedup_consumer_storage()',
+	"SELECT * FROM dedup_stream_positions('loyalty-service')")
 {
 	$workers[0]->psql_fails_like('postgres', $call, $worker_error,
 		"worker: $call");
