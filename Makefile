@@ -13,6 +13,7 @@ OBJS = \
 	src/dedup.o \
 	src/guc.o \
 	src/relations.o \
+	src/citus.o \
 	src/claim.o \
 	src/claim_writer.o \
 	src/claimants.o \

@@ -11,7 +11,15 @@
 #define DEDUP_COMPAT_H
 
 #include "access/tableam.h"
+#include "storage/proc.h"
 #include "utils/wait_event.h"
+
+/* the local ID of this backend's top-level transaction (17 moved it) */
+#if PG_VERSION_NUM >= 170000
+#define dedup_local_xid() (MyProc->vxid.lxid)
+#else
+#define dedup_local_xid() (MyProc->lxid)
+#endif
 
 /* dedup.c's module magic block: 18 records the library's name and version */
 #if PG_VERSION_NUM >= 180000

@@ -51,6 +51,7 @@
 #include "utils/reltrigger.h"
 #include "utils/syscache.h"
 
+#include "citus.h"
 #include "relations.h"
 
 static DedupRelations cached;
@@ -549,6 +550,8 @@ relations_load(DedupRelations *rels)
 	/* and stream_positions from 1.2 on */
 	rels->positions = member_table(rels->extension, rels->schema,
 								   "stream_positions");
+	/* before the checks of the tables' shape, which Citus also changes */
+	dedup_citus_check(rels);
 
 	/*
 	 * Each table is locked before it is looked at.  DROP EXTENSION may hold
@@ -650,6 +653,7 @@ dedup_relations(bool missing_ok)
 		cached = rels;
 		cached_valid = true;
 	}
+	dedup_citus_check(&cached);
 	return &cached;
 }
 

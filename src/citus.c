@@ -1,0 +1,218 @@
+/*-------------------------------------------------------------------------
+ *
+ * citus.c
+ *	  What Citus manages and where this backend runs.
+ *
+ * dedup reads and writes its tables itself, by OID, in the node it runs
+ * on.  On a Citus cluster that is right in one layout only: the tables
+ * local on the coordinator, where the claim runs in the transaction that
+ * updates the distributed business tables.  Everything else would be
+ * silently wrong, so it is refused with an error naming that layout:
+ *
+ * - one of the extension's tables managed by Citus (a row of
+ *   pg_dist_partition: distributed, reference or Citus local table): its
+ *   rows live in shards that dedup never reads, and the local table is an
+ *   empty shell;
+ * - a call on a Citus worker (pg_dist_local_group names a group other than
+ *   the coordinator's), directly or pushed down by create_distributed_function:
+ *   the worker's copy of the table is one no distributed query reads, so
+ *   a message could be claimed once per node.
+ *
+ * And on a coordinator with workers, every transaction that uses dedup's
+ * tables is made to commit with two-phase commit.  Citus commits a write
+ * that reached a single worker with a plain COMMIT sent to the worker
+ * before the local commit: a crash of the coordinator, or a serialization
+ * failure at its commit, in between would keep the business update and
+ * lose the claim, and the redelivered message would be applied again.
+ * With two-phase commit the worker only prepares before the local commit,
+ * and Citus's recovery commits or rolls back the prepared transaction as
+ * the coordinator's commit went.  Citus has no setting that asks for it:
+ * the flag is set by its Use2PCForCoordinatedTransaction(), found at run
+ * time in the already loaded library (it only marks the transaction;
+ * workers that were only read are not prepared).  Where the library does
+ * not export it, claims on a coordinator with workers are refused rather
+ * than committed with one-phase commit.
+ *
+ * Citus is found through its catalog tables, looked up by name in
+ * pg_catalog: dedup builds, and runs, without it.  They are read once per
+ * transaction (and again if the extension's tables change).
+ *
+ * The background workers (the sweeper) are only refused tables managed by
+ * Citus; on a worker node they sweep that node's own table, which does no
+ * harm.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/pg_namespace.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+#include "citus.h"
+#include "compat.h"
+
+/* the coordinator's group in pg_dist_local_group and pg_dist_node */
+#define CITUS_COORDINATOR_GROUP 0
+
+/* pg_dist_partition.logicalrelid, pg_dist_local_group.groupid, pg_dist_node.groupid */
+#define ANUM_DIST_PARTITION_RELID 1
+#define ANUM_LOCAL_GROUP_GROUPID 1
+#define ANUM_DIST_NODE_GROUPID 2
+
+typedef void (*Use2PCFunction) (void);
+
+/* the transaction (and table) whose check passed */
+static LocalTransactionId checked_lxid = InvalidLocalTransactionId;
+static Oid	checked_messages = InvalidOid;
+
+static Use2PCFunction use_2pc = NULL;
+static bool use_2pc_looked_up = false;
+
+/* a table of Citus's catalog, in pg_catalog, or InvalidOid */
+static Oid
+citus_catalog(const char *name)
+{
+	return get_relname_relid(name, PG_CATALOG_NAMESPACE);
+}
+
+/* Is relid in pg_dist_partition (whose OID is dist_partition)? */
+static bool
+citus_manages(Oid dist_partition, Oid relid)
+{
+	Oid			index = citus_catalog("pg_dist_partition_logical_relid_index");
+	Relation	catalog = table_open(dist_partition, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	bool		found;
+
+	ScanKeyInit(&key, ANUM_DIST_PARTITION_RELID, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(catalog, index, OidIsValid(index), NULL, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(catalog, AccessShareLock);
+	return found;
+}
+
+/*
+ * An int4 column of the catalog table relid: the first value that is not
+ * skip (or skip if there is none), or only the first row's value
+ * (first_only).
+ */
+static int32
+citus_group(Oid relid, AttrNumber attnum, bool first_only, int32 skip)
+{
+	Relation	catalog = table_open(relid, AccessShareLock);
+	SysScanDesc scan = systable_beginscan(catalog, InvalidOid, false, NULL, 0, NULL);
+	HeapTuple	tuple;
+	int32		group = skip;
+
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		value = heap_getattr(tuple, attnum,
+										 RelationGetDescr(catalog), &isnull);
+
+		if (!isnull && (first_only || DatumGetInt32(value) != skip))
+		{
+			group = DatumGetInt32(value);
+			break;
+		}
+	}
+	systable_endscan(scan);
+	table_close(catalog, AccessShareLock);
+	return group;
+}
+
+static void
+refuse_managed(Oid relid)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			errmsg("table \"%s\" of extension \"dedup\" is managed by Citus",
+				   get_rel_name(relid)),
+			errdetail("It is a distributed, reference or Citus local table (it is in pg_dist_partition): its rows are in shards that dedup, which reads and writes the table itself, never sees."),
+			errhint("Keep the extension's tables local on the coordinator and distribute only the business tables: save the records, then run DROP EXTENSION dedup CASCADE and CREATE EXTENSION dedup on the coordinator (undistribute_table refuses a table of an extension)."));
+}
+
+/*
+ * Make Citus commit this transaction's writes on workers with two-phase
+ * commit, or refuse when the function that asks for it cannot be found.
+ */
+static void
+require_2pc(void)
+{
+	if (!use_2pc_looked_up)
+	{
+		use_2pc = (Use2PCFunction)
+			load_external_function("$libdir/citus",
+								   "Use2PCForCoordinatedTransaction",
+								   false, NULL);
+		use_2pc_looked_up = true;
+	}
+	if (use_2pc == NULL)
+		ereport(ERROR,
+				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				errmsg("dedup cannot make this Citus coordinator commit with two-phase commit"),
+				errdetail("The Citus library does not export Use2PCForCoordinatedTransaction: a write to a worker in this transaction would be committed before the claim, and lost claims would let redelivered messages be applied again."),
+				errhint("Use a Citus build that exports it, or keep dedup on a node that is not a Citus coordinator with workers."));
+	use_2pc();
+}
+
+/*
+ * Refuse what would be silently wrong on a Citus cluster, and make a
+ * coordinator with workers commit with two-phase commit (see the header
+ * comment).  rels: the extension's tables, found but not yet opened.
+ */
+void
+dedup_citus_check(const DedupRelations *rels)
+{
+	Oid			dist_partition;
+	Oid			catalog;
+	Oid			tables[4];
+	int32		group = CITUS_COORDINATOR_GROUP;
+
+	if (dedup_local_xid() == checked_lxid && rels->messages == checked_messages)
+		return;
+
+	dist_partition = citus_catalog("pg_dist_partition");
+	if (OidIsValid(dist_partition))
+	{
+		tables[0] = rels->messages;
+		tables[1] = rels->retention;
+		tables[2] = rels->consumer_roles;
+		tables[3] = rels->positions;
+		for (int i = 0; i < lengthof(tables); i++)
+			if (OidIsValid(tables[i]) && citus_manages(dist_partition, tables[i]))
+				refuse_managed(tables[i]);
+
+		catalog = citus_catalog("pg_dist_local_group");
+		if (OidIsValid(catalog))
+			group = citus_group(catalog, ANUM_LOCAL_GROUP_GROUPID, true,
+								CITUS_COORDINATOR_GROUP);
+		if (group != CITUS_COORDINATOR_GROUP && !IsBackgroundWorker)
+			ereport(ERROR,
+					errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					errmsg("dedup cannot be used on a Citus worker node"),
+					errdetail("This node is in Citus group %d: no distributed query reads its table \"%s\", so a message claimed here could be claimed again on the coordinator or on another node.",
+							  group, get_rel_name(rels->messages)),
+					errhint("Claim on the coordinator, in the transaction that updates the distributed tables, and do not distribute dedup's functions with create_distributed_function."));
+
+		catalog = citus_catalog("pg_dist_node");
+		if (group == CITUS_COORDINATOR_GROUP && OidIsValid(catalog) &&
+			!IsBackgroundWorker &&
+			citus_group(catalog, ANUM_DIST_NODE_GROUPID, false,
+						 CITUS_COORDINATOR_GROUP) != CITUS_COORDINATOR_GROUP)
+			require_2pc();
+	}
+	checked_lxid = dedup_local_xid();
+	checked_messages = rels->messages;
+}

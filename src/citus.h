@@ -1,0 +1,17 @@
+/*-------------------------------------------------------------------------
+ *
+ * citus.h
+ *	  What Citus manages and where this backend runs: the refusals that keep
+ *	  dedup from being silently wrong on a Citus cluster, and the two-phase
+ *	  commit of a claim made in a distributed transaction (citus.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEDUP_CITUS_H
+#define DEDUP_CITUS_H
+
+#include "relations.h"
+
+extern void dedup_citus_check(const DedupRelations *rels);
+
+#endif							/* DEDUP_CITUS_H */
