@@ -12,10 +12,12 @@
  * isolation level: a concurrent claimer of the same key waits for the first
  * one and sees its outcome; REPEATABLE READ and SERIALIZABLE transactions
  * get a serialization failure rather than a wrong answer; savepoints and
- * rollbacks undo a claim like any other row.  What the statement would add
- * around it (triggers, rules, permission checks on the table) does not
- * apply: the table is the extension's own, and is checked to have none of
- * them (relations.c).
+ * rollbacks undo a claim like any other row.  One step is skipped when it
+ * is likely to find nothing: the look for a conflict before inserting
+ * (claim_last_duplicate).  What the statement would add around it
+ * (triggers, rules, permission checks on the table) does not apply: the
+ * table is the extension's own, and is checked to have none of them
+ * (relations.c).
  *
  * Without waiting (dedup_try_claim), the same first look for a conflict
  * is made as a dirty read of each arbiter index, and a claim of the same
