@@ -98,6 +98,24 @@ SELECT count(*) AS found_through_added_index FROM dedup_renamed.processed_messag
 RESET enable_seqscan;
 DROP INDEX dedup_renamed.regress_by_time;
 DROP INDEX dedup_renamed.regress_one_consumer_per_id;
+
+-- a claim inserts at once unless the session's last claim was a duplicate
+-- (the last one above was): a duplicate found by inserting leaves a killed
+-- tuple behind, one found by looking first none
+-- (counted within one transaction: the counts shown may include earlier
+-- transactions' not yet reported)
+BEGIN;
+SELECT n_tup_ins AS ins0, n_tup_del AS del0 FROM pg_stat_xact_user_tables
+ WHERE relid = 'dedup_renamed.processed_messages'::regclass \gset
+SELECT dedup_renamed.dedup_claim('c', 'k4') AS claimed_after_looking,
+       dedup_renamed.dedup_claim('c', 'k4') AS found_by_inserting,
+       dedup_renamed.dedup_claim('c', 'k4') AS found_by_looking,
+       dedup_renamed.dedup_claim('c', 'k5') AS claimed_after_looking;
+SELECT n_tup_ins - :ins0 AS inserted, n_tup_del - :del0 AS killed
+  FROM pg_stat_xact_user_tables
+ WHERE relid = 'dedup_renamed.processed_messages'::regclass;
+COMMIT;
+SELECT message_id FROM dedup_renamed.processed_messages WHERE message_id IN ('k4', 'k5') ORDER BY 1;
 DROP EXTENSION dedup;
 DROP SCHEMA dedup_renamed;
 DROP TABLE loyalty;

@@ -12,10 +12,12 @@
  * isolation level: a concurrent claimer of the same key waits for the first
  * one and sees its outcome; REPEATABLE READ and SERIALIZABLE transactions
  * get a serialization failure rather than a wrong answer; savepoints and
- * rollbacks undo a claim like any other row.  What the statement would add
- * around it (triggers, rules, permission checks on the table) does not
- * apply: the table is the extension's own, and is checked to have none of
- * them (relations.c).
+ * rollbacks undo a claim like any other row.  One step is skipped when it
+ * is likely to find nothing: the look for a conflict before inserting
+ * (claim_last_duplicate).  What the statement would add around it
+ * (triggers, rules, permission checks on the table) does not apply: the
+ * table is the extension's own, and is checked to have none of them
+ * (relations.c).
  *
  * Without waiting (dedup_try_claim), the same first look for a conflict
  * is made as a dirty read of each arbiter index, and a claim of the same
@@ -69,6 +71,17 @@ struct ClaimWriter
 	TupleTableSlot *conflict_slot;	/* a row it conflicts with */
 	MemoryContext caller_context;
 };
+
+/*
+ * Whether the last claim of this backend found its key recorded.  A claim
+ * usually records a new key, and then the look for a conflict before
+ * inserting (ON CONFLICT's) is a second descent of the key index for
+ * nothing: the insertion into the index finds a conflict by itself.  So a
+ * claim inserts at once, unless the last one was a duplicate: after one,
+ * more may follow (a redelivered batch), and a duplicate found by inserting
+ * costs a tuple inserted and killed.
+ */
+static bool claim_last_duplicate = false;
 
 static bool
 varlenas_equal(Datum a, Datum b)
@@ -426,7 +439,8 @@ claim_writer_finish(ClaimWriter *writer)
  * returned in *conflict_tid with CLAIM_DUPLICATE.
  */
 static ClaimOutcome
-claim_writer_put(ClaimWriter *writer, bool wait, ItemPointer conflict_tid)
+claim_writer_put(ClaimWriter *writer, bool wait, bool look_first,
+				 ItemPointer conflict_tid)
 {
 	EState	   *estate = writer->estate;
 	TupleTableSlot *slot = writer->slot;
@@ -440,22 +454,38 @@ claim_writer_put(ClaimWriter *writer, bool wait, ItemPointer conflict_tid)
 		List	   *recheck;
 
 		CHECK_FOR_INTERRUPTS();
-		if (wait)
-			outcome = dedup_check_index_constraints(writer->result_rel, slot,
-													estate, conflict_tid) ?
-				CLAIM_CLAIMED : CLAIM_DUPLICATE;
+		if (!look_first)
+		{
+			/*
+			 * Insert at once: the unique indexes still refuse a second entry
+			 * of the key (without waiting), and the loop then starts again,
+			 * looking first.  A unique index opened now is checked that way.
+			 */
+			Assert(wait);
+			look_first = true;
+			if (!writer->all_indexes_open)
+				(void) claim_writer_open_other_indexes(writer);
+		}
 		else
-			outcome = claim_probe(writer, conflict_tid);
-		if (outcome != CLAIM_CLAIMED)
-			return outcome;
+		{
+			if (wait)
+				outcome = dedup_check_index_constraints(writer->result_rel, slot,
+														estate, conflict_tid) ?
+					CLAIM_CLAIMED : CLAIM_DUPLICATE;
+			else
+				outcome = claim_probe(writer, conflict_tid);
+			if (outcome != CLAIM_CLAIMED)
+				return outcome;
 
-		/*
-		 * Only a claim that writes needs the other indexes, a transaction ID
-		 * and a command ID.  A unique index opened now must be checked too.
-		 */
-		if (!writer->all_indexes_open &&
-			claim_writer_open_other_indexes(writer))
-			continue;
+			/*
+			 * Only a claim that writes needs the other indexes, a transaction
+			 * ID and a command ID.  A unique index opened now must be checked
+			 * too.
+			 */
+			if (!writer->all_indexes_open &&
+				claim_writer_open_other_indexes(writer))
+				continue;
+		}
 		xid = GetCurrentTransactionId();
 		estate->es_output_cid = GetCurrentCommandId(true);
 		token = SpeculativeInsertionLockAcquire(xid);
@@ -499,7 +529,9 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 	}
 	ExecStoreVirtualTuple(slot);
 
-	outcome = claim_writer_put(writer, wait, &conflict_tid);
+	outcome = claim_writer_put(writer, wait,
+							   !wait || claim_last_duplicate, &conflict_tid);
+	claim_last_duplicate = (outcome == CLAIM_DUPLICATE);
 	if (outcome == CLAIM_DUPLICATE)
 		claim_check_conflict(writer, &conflict_tid, fingerprint,
 							 has_fingerprint);
@@ -561,7 +593,7 @@ dedup_claim_writer_upsert(ClaimWriter *writer, const Datum *values,
 		TM_Result	result;
 		bool		isnull;
 
-		if (claim_writer_put(writer, true, &tid) == CLAIM_CLAIMED)
+		if (claim_writer_put(writer, true, true, &tid) == CLAIM_CLAIMED)
 			break;
 
 		/* the row exists: lock its latest version, as ON CONFLICT does */

@@ -50,8 +50,10 @@ fsync = off
 synchronous_commit = off
 autovacuum = off
 CONF
-# key N: scattered over 32 bits, the same at every run
-keys() { awk -v from="$1" -v to="$2" 'BEGIN { for (i = from; i <= to; i++) printf "%d\n", (i * 2654435761) % 4294967296 }'; }
+# key N: scattered over 32 bits, the same at every run ("%.0f": mawk's "%d"
+# prints every value above 2^31 - 1 as 2147483647, which made half of the
+# "new" keys one recorded key)
+keys() { awk -v from="$1" -v to="$2" 'BEGIN { for (i = from; i <= to; i++) printf "%.0f\n", (i * 2654435761) % 4294967296 }'; }
 {
 	echo "CREATE EXTENSION dedup;"
 	echo "CREATE TABLE plain_messages (LIKE processed_messages INCLUDING ALL);"
