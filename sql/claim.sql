@@ -116,6 +116,17 @@ SELECT n_tup_ins - :ins0 AS inserted, n_tup_del - :del0 AS killed
  WHERE relid = 'dedup_renamed.processed_messages'::regclass;
 COMMIT;
 SELECT message_id FROM dedup_renamed.processed_messages WHERE message_id IN ('k4', 'k5') ORDER BY 1;
+-- under SERIALIZABLE a claim always looks first: no killed tuple after a
+-- new key (k6) either
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT n_tup_ins AS ins0, n_tup_del AS del0 FROM pg_stat_xact_user_tables
+ WHERE relid = 'dedup_renamed.processed_messages'::regclass \gset
+SELECT dedup_renamed.dedup_claim('c', 'k6') AS claimed,
+       dedup_renamed.dedup_claim('c', 'k6') AS found_by_looking;
+SELECT n_tup_ins - :ins0 AS inserted, n_tup_del - :del0 AS killed
+  FROM pg_stat_xact_user_tables
+ WHERE relid = 'dedup_renamed.processed_messages'::regclass;
+COMMIT;
 DROP EXTENSION dedup;
 DROP SCHEMA dedup_renamed;
 DROP TABLE loyalty;

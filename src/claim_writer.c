@@ -79,7 +79,10 @@ struct ClaimWriter
  * nothing: the insertion into the index finds a conflict by itself.  So a
  * claim inserts at once, unless the last one was a duplicate: after one,
  * more may follow (a redelivered batch), and a duplicate found by inserting
- * costs a tuple inserted and killed.
+ * costs a tuple inserted and killed.  Under SERIALIZABLE a claim always
+ * looks first: an insertion takes part in conflict detection where the
+ * look alone does not, and a duplicate must not cost a retry the statement
+ * would not.
  */
 static bool claim_last_duplicate = false;
 
@@ -530,7 +533,9 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 	ExecStoreVirtualTuple(slot);
 
 	outcome = claim_writer_put(writer, wait,
-							   !wait || claim_last_duplicate, &conflict_tid);
+							   !wait || claim_last_duplicate ||
+							   IsolationIsSerializable(),
+							   &conflict_tid);
 	claim_last_duplicate = (outcome == CLAIM_DUPLICATE);
 	if (outcome == CLAIM_DUPLICATE)
 		claim_check_conflict(writer, &conflict_tid, fingerprint,
