@@ -10,12 +10,16 @@
  * It runs on primaries only (it starts when recovery finishes, so a promoted
  * standby starts sweeping), and not at all in binary-upgrade mode.
  *
- Each database's schedule, and its back-off after failures, is kept by
+ * Each database's schedule, and its back-off after failures, is kept by
  * sweeper_state.c, which the launcher tells what happened.  A database is
  * probed once; where dedup is not installed its slot is given back, so that
  * dedup.max_databases counts databases with dedup only, and it is left
  * alone until CREATE EXTENSION wakes the launcher (dedup_sweeper_wake), or
- * the launcher restarts.
+ * the launcher restarts.  A CREATE EXTENSION in a prepared transaction
+ * cannot wake it at COMMIT PREPARED: PREPARE TRANSACTION gives the database
+ * a slot instead, and it is probed again at each dedup.sweep_interval while
+ * a prepared transaction there may hold the wake-up (sweeper_state.c), so
+ * its sweeping starts within an interval of COMMIT PREPARED.
  *
  * No database can hold up the others.  Once connected, a sweeper waits for
  * no lock for long (sweeper.c); before, it may wait on its database's lock
@@ -73,8 +77,8 @@ typedef struct LauncherDatabase
  * Databases found without dedup, in TopMemoryContext.  Their shared slots
  * are given back, so that they cannot crowd out databases with dedup; they
  * are probed again when CREATE EXTENSION gives them a slot (or finds none
- * free: recheck_absent, woken_untracked), when they are listed in
- * dedup.databases again, and by a new launcher.
+ * free: recheck_absent, woken_untracked), or its PREPARE TRANSACTION does,
+ * when they are listed in dedup.databases again, and by a new launcher.
  */
 static List *absent_databases = NIL;
 static bool recheck_absent = false;

@@ -35,6 +35,10 @@
  * lock wait is bounded: table locks are only tried, lock_timeout bounds the
  * rest (catalogs, rows), and dedup.sweep_max_duration the whole sweep.
  *
+ * A sweeper that finds no dedup also counts its database's prepared
+ * transactions: one of them may be a CREATE EXTENSION whose wake-up waits
+ * for COMMIT PREPARED (sweeper_state.c).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -44,6 +48,8 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
+#include "executor/executor.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -54,6 +60,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -337,6 +344,81 @@ sweeper_sweep(TimestampTz start, DedupSweepPace *pace)
 	return DEDUP_SWEEP_DONE;
 }
 
+/*
+ * The number of prepared transactions in this database, with in *oldest
+ * when the oldest was prepared.  Read from pg_prepared_xact(), the function
+ * behind the pg_prepared_xacts view, called directly (the sweeper runs no
+ * SQL) in a transaction of its own.
+ */
+static int
+sweeper_prepared_xacts(TimestampTz *oldest)
+{
+	FmgrInfo	flinfo;
+	ReturnSetInfo rsinfo;
+	LOCAL_FCINFO(fcinfo, 0);
+	int			nprepared = 0;
+
+	*oldest = DT_NOEND;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	pgstat_report_activity(STATE_RUNNING,
+						   "dedup sweep: listing prepared transactions");
+
+	memset(&rsinfo, 0, sizeof(rsinfo));
+	rsinfo.type = T_ReturnSetInfo;
+	rsinfo.econtext = CreateStandaloneExprContext();
+	rsinfo.allowedModes = SFRM_ValuePerCall;
+	rsinfo.returnMode = SFRM_ValuePerCall;
+	fmgr_info(F_PG_PREPARED_XACT, &flinfo);
+	InitFunctionCallInfoData(*fcinfo, &flinfo, 0, InvalidOid, NULL,
+							 (Node *) &rsinfo);
+	for (;;)
+	{
+		Datum		row;
+		HeapTupleHeader tuple;
+		bool		dbnull;
+		bool		atnull;
+		Oid			dbid;
+		TimestampTz prepared;
+
+		rsinfo.isDone = ExprSingleResult;
+		fcinfo->isnull = false;
+		row = FunctionCallInvoke(fcinfo);
+		if (rsinfo.isDone == ExprEndResult)
+			break;
+		/* columns: transaction, gid, prepared, ownerid, dbid */
+		tuple = DatumGetHeapTupleHeader(row);
+		dbid = DatumGetObjectId(GetAttributeByNum(tuple, 5, &dbnull));
+		prepared = DatumGetTimestampTz(GetAttributeByNum(tuple, 3, &atnull));
+		if (dbnull || dbid != MyDatabaseId)
+			continue;
+		nprepared++;
+		if (!atnull)
+			*oldest = Min(*oldest, prepared);
+	}
+	FreeExprContext(rsinfo.econtext, true);
+
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return nprepared;
+}
+
+/*
+ * No dedup here: keep the database's mark of a wake-up in a prepared
+ * transaction while one may hold it (sweeper_state.c).
+ */
+static void
+sweeper_check_prepared(void)
+{
+	bool		marked = dedup_sweeper_take_prepared_wake();
+	TimestampTz oldest;
+	int			nprepared = sweeper_prepared_xacts(&oldest);
+
+	elog(DEBUG1, "dedup sweep: extension not installed; %d prepared transaction(s) in the database; wake-up marked at PREPARE: %s",
+		 nprepared, marked ? "yes" : "no");
+	dedup_sweeper_prepared_found(marked, nprepared, oldest);
+}
+
 void
 dedup_sweeper_main(Datum main_arg)
 {
@@ -376,6 +458,8 @@ dedup_sweeper_main(Datum main_arg)
 		if ((outcome == DEDUP_SWEEP_DONE || outcome == DEDUP_SWEEP_PARTIAL) &&
 			!sweeper_database_wanted())
 			dedup_sweep_vacuum();
+		if (outcome == DEDUP_SWEEP_NO_EXTENSION)
+			sweeper_check_prepared();
 
 		elog(DEBUG1, "dedup sweep: %lld batches, %lld pauses yielding to claims for %.0f ms in all",
 			 (long long) pace.batches, (long long) pace.yields, pace.yielded_ms);

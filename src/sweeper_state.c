@@ -15,7 +15,20 @@
  * interval times 2, 4, ... 2^MAX_BACKOFF_SHIFT), so a persistent error is
  * logged ever more rarely, never in a flood; a reload retries a failing
  * database at once, and applies a shorter interval to sweeps already
- * scheduled.  A database found without dedup gives its slot back.
+ * scheduled.  A database found without dedup gives its slot back, unless
+ * a wake-up waits there in a prepared transaction (below).
+ *
+ * A wake-up in a transaction that is PREPAREd instead of committed cannot
+ * be delivered at commit: COMMIT PREPARED runs no callback of ours, maybe
+ * in another session.  So PREPARE marks the database (prepared_wake), and
+ * the launcher keeps probing it at each interval while the mark stands.
+ * The probing sweeper keeps the mark while its database has a prepared
+ * transaction, and clears it when there is none left (COMMIT or ROLLBACK
+ * PREPARED) or when it finds dedup installed.  A restart forgets the
+ * marks, but not the prepared transactions: a prepared transaction older
+ * than this state (since) may hold a lost wake-up, and marks its database
+ * again.  Databases without dedup and without such transactions are
+ * probed once, as before.
  *
  * Shared memory exists only when dedup is in shared_preload_libraries.
  * Without it, claims work, nothing is swept, and the view says so.
@@ -67,6 +80,8 @@ typedef struct DatabaseSlot
 	DatabaseState state;
 	TimestampTz next_sweep;
 	bool		woken;			/* dedup_sweeper_wake() since the sweep began */
+	bool		prepared_wake;	/* dedup_sweeper_wake() in a transaction that
+								 * may still be prepared: keep probing */
 	int			failures;		/* consecutive failed sweeps (back-off) */
 	bool		connected;		/* the sweeper last started has connected */
 	pid_t		sweeper_pid;	/* sweeping now, or 0 */
@@ -87,6 +102,8 @@ typedef struct SweeperState
 	pid_t		launcher_pid;	/* 0 when no launcher runs */
 	Latch	   *launcher_latch;
 	Oid			woken_untracked;	/* dedup_sweeper_wake() found no free slot */
+	TimestampTz since;			/* created: the marks of prepared wake-ups
+								 * made before are lost */
 	int			nslots;
 	DatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } SweeperState;
@@ -125,6 +142,7 @@ dedup_sweeper_shmem_startup(void)
 		memset(sweeper_state, 0, sweeper_shmem_size());
 		sweeper_state->lock = &(GetNamedLWLockTranche(SWEEPER_STATE_TRANCHE))->lock;
 		sweeper_state->nslots = dedup_max_databases;
+		sweeper_state->since = GetCurrentTimestamp();
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -367,7 +385,9 @@ dedup_sweep_stopped_connecting(Oid dboid, const char *why,
  * Returns true when the database turned out not to have dedup: its slot is
  * given back.  Not if dedup_sweeper_wake() was called there since the
  * sweep began: CREATE EXTENSION committed after the sweeper looked, and
- * the database is probed again at once.
+ * the database is probed again at once; nor while a wake-up waits there in
+ * a prepared transaction: the database is probed again an interval after
+ * this probe began.
  */
 bool
 dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
@@ -394,6 +414,13 @@ dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
 			{
 				slot->state = DB_UNKNOWN;
 				slot->next_sweep = 0;
+				break;
+			}
+			if (slot->prepared_wake)
+			{
+				slot->state = DB_UNKNOWN;
+				slot->failures = 0;
+				slot->next_sweep = interval_after(launched, 0);
 				break;
 			}
 			slot->dboid = InvalidOid;
@@ -517,6 +544,40 @@ dedup_sweeper_progress(uint64 rows)
 }
 
 /*
+ * This sweeper found no dedup in its database, and is about to look for
+ * prepared transactions there: the database's mark of a prepared wake-up is
+ * cleared, and returned.  Cleared first, so that a PREPARE marking it while
+ * the sweeper looks is not lost (dedup_sweeper_prepared_found).
+ */
+bool
+dedup_sweeper_take_prepared_wake(void)
+{
+	bool		marked;
+
+	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+	marked = my_slot->prepared_wake;
+	my_slot->prepared_wake = false;
+	LWLockRelease(sweeper_state->lock);
+	return marked;
+}
+
+/*
+ * What the sweeper found after dedup_sweeper_take_prepared_wake(), which
+ * returned marked: the number of prepared transactions in its database,
+ * and when the oldest was prepared.  While there is one, a database that
+ * was marked stays marked; so is one whose oldest prepared transaction is
+ * older than this state: it may hold a wake-up that a restart forgot.
+ */
+void
+dedup_sweeper_prepared_found(bool marked, int nprepared, TimestampTz oldest)
+{
+	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+	if (nprepared > 0 && (marked || oldest < sweeper_state->since))
+		my_slot->prepared_wake = true;
+	LWLockRelease(sweeper_state->lock);
+}
+
+/*
  * Whether the sweep now ending 'blocked' is one to log, with the number of
  * consecutive blocked sweeps it makes in *blocked_sweeps.  Not while the
  * database is still being probed: the session whose CREATE EXTENSION woke
@@ -545,6 +606,10 @@ dedup_sweeper_finish(DedupSweepOutcome outcome, const char *error)
 {
 	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
 	my_slot->last_outcome = outcome;
+	/* dedup was found: a prepared wake-up has nothing left to do */
+	if (outcome == DEDUP_SWEEP_DONE || outcome == DEDUP_SWEEP_PARTIAL ||
+		outcome == DEDUP_SWEEP_BLOCKED)
+		my_slot->prepared_wake = false;
 	if (outcome != DEDUP_SWEEP_BLOCKED)
 		my_slot->blocked_sweeps = 0;
 	else if (my_slot->state == DB_ACTIVE)
@@ -668,6 +733,9 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
  * At commit of a transaction that called dedup_sweeper_wake(), tell the
  * launcher.  Not before: a sweeper started earlier would not see a
  * CREATE EXTENSION still in progress, and would leave the database alone.
+ * At PREPARE TRANSACTION, mark the database instead: the launcher keeps
+ * probing it until the prepared transaction is resolved (see the head of
+ * this file), at no cost to a database that already has dedup.
  */
 static bool wake_at_commit = false;
 
@@ -697,8 +765,27 @@ wake_at_commit_callback(XactEvent event, void *arg)
 			LWLockRelease(sweeper_state->lock);
 			wake_at_commit = false;
 			break;
-		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
+			LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+			slot = database_slot(MyDatabaseId, false);
+			if (slot == NULL)
+			{
+				/* its first probe is an interval away: nothing to see before */
+				slot = database_slot(MyDatabaseId, true);
+				if (slot != NULL)
+					slot->next_sweep = interval_after(GetCurrentTimestamp(), 0);
+			}
+			if (slot != NULL)
+			{
+				slot->prepared_wake = true;
+				/* to take the new slot into its schedule */
+				if (sweeper_state->launcher_latch != NULL)
+					SetLatch(sweeper_state->launcher_latch);
+			}
+			LWLockRelease(sweeper_state->lock);
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
 			wake_at_commit = false;
 			break;
 		default:
@@ -710,7 +797,8 @@ wake_at_commit_callback(XactEvent event, void *arg)
  * dedup_sweeper_wake() RETURNS boolean
  *
  * Ask the sweeper to sweep the current database as soon as this transaction
- * commits (and to notice a newly created extension).  Returns whether a
+ * commits (and to notice a newly created extension); if it is prepared
+ * instead, within an interval of its COMMIT PREPARED.  Returns whether a
  * sweeper runs; false, with a warning, when none can because dedup is not
  * preloaded.
  *

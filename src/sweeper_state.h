@@ -51,6 +51,9 @@ extern bool dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
 /* the sweeper of one database */
 extern bool dedup_sweeper_attach(Oid dboid, TimestampTz start);
 extern void dedup_sweeper_progress(uint64 rows);
+extern bool dedup_sweeper_take_prepared_wake(void);
+extern void dedup_sweeper_prepared_found(bool marked, int nprepared,
+										 TimestampTz oldest);
 extern bool dedup_sweeper_log_blocked(int *blocked_sweeps);
 extern void dedup_sweeper_finish(DedupSweepOutcome outcome,
 								 const char *error);
