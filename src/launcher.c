@@ -29,6 +29,17 @@
  * database's sweep recorded as 'blocked' (naming the session holding the
  * lock), and the launcher goes on with the next database.
  *
+ * A connected sweeper steps aside for DROP DATABASE and ALTER DATABASE by
+ * itself between two batches (sweeper.c), but not inside its VACUUM, which
+ * may run longer than DROP DATABASE waits for other sessions to leave (5
+ * s).  So the launcher, looking at it every second, also cancels it (as a
+ * query is cancelled, SIGINT: its VACUUM stops at the next page, and the
+ * sweeper records its sweep as partial and exits) when another session has
+ * held its database's lock, exclusively, for a second (looking four times
+ * as often meanwhile): a sweeper between batches has left by then, and one
+ * in a VACUUM has not.  This is
+ * what DROP DATABASE does to an autovacuum worker, which it terminates.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -303,10 +314,31 @@ launcher_connect_blocked(pid_t pid, LauncherDatabase *db)
 }
 
 /*
+ * Does another session than the connected sweeper pid hold database db's
+ * lock in a mode that conflicts with a connection's (DROP DATABASE, ALTER
+ * DATABASE RENAME and the like)?
+ */
+static bool
+launcher_database_wanted(pid_t pid, LauncherDatabase *db)
+{
+	LockData   *data = GetLockStatusData();
+	LOCKTAG		tag;
+	bool		wanted;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, db->oid, 0);
+	wanted = dedup_lock_holder(data, &tag, AccessShareLock, pid) != 0;
+	pfree(data->locks);
+	pfree(data);
+	return wanted;
+}
+
+/*
  * Wait for the sweeper of database db to exit, looking at it every
  * SWEEPER_POLL_MS, and sooner when the postmaster says that it started or
  * stopped (we are its bgw_notify_pid).  A sweeper stuck connecting is
- * stopped: return why, else NULL.
+ * stopped: return why, else NULL.  A connected sweeper whose database
+ * another session has wanted for a second is cancelled (see the header
+ * comment).
  *
  * This consumes latch wake-ups meant for the main loop: see there.
  */
@@ -314,6 +346,7 @@ static char *
 launcher_wait_sweeper(BackgroundWorkerHandle *handle, LauncherDatabase *db)
 {
 	char	   *blocked = NULL;
+	TimestampTz wanted_since = 0;
 
 	for (;;)
 	{
@@ -329,10 +362,24 @@ launcher_wait_sweeper(BackgroundWorkerHandle *handle, LauncherDatabase *db)
 			blocked = launcher_connect_blocked(pid, db);
 			if (blocked != NULL)
 				TerminateBackgroundWorker(handle);
+			else if (dedup_sweeper_connected(db->oid) &&
+					 launcher_database_wanted(pid, db))
+			{
+				TimestampTz now = GetCurrentTimestamp();
+
+				if (wanted_since == 0)
+					wanted_since = now;
+				else if (TimestampDifferenceExceeds(wanted_since, now,
+													SWEEPER_POLL_MS))
+					(void) kill(pid, SIGINT);
+			}
+			else
+				wanted_since = 0;
 		}
 
+		/* once its database is wanted, look more often */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 SWEEPER_POLL_MS,
+						 wanted_since != 0 ? SWEEPER_POLL_MS / 4 : SWEEPER_POLL_MS,
 						 dedup_wait_event("DedupLauncherSweeper",
 										  &sweeper_wait_event));
 		ResetLatch(MyLatch);

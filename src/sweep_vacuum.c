@@ -34,7 +34,9 @@
  * with autovacuum's workers.  What bounds it: it never waits for the table
  * lock (SKIP_LOCKED: if autovacuum or a DBA's VACUUM has it, this sweep
  * does not vacuum); the cost delay leaves the disk to claims; a SIGTERM
- * stops it at the next page.  dedup.sweep_max_duration does not: it is
+ * stops it at the next page, and so does a cancel (SIGINT), which the
+ * launcher sends when DROP DATABASE or ALTER DATABASE wants the database
+ * (launcher.c).  dedup.sweep_max_duration does not: it is
  * checked between batches only, and a VACUUM runs to its end (as long as
  * autovacuum's would, on the same table).  VACUUM's truncation of empty
  * pages at the end of the table only tries its lock, as autovacuum's does.

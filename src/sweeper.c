@@ -18,7 +18,9 @@
  * more of the machine to claims; and it stops after
  * dedup.sweep_max_duration.  When a sweep has left enough dead rows, the
  * sweeper then vacuums the table itself (sweep_vacuum.c), rather than
- * leave them for autovacuum's next visit.
+ * leave them for autovacuum's next visit; the launcher cancels that VACUUM
+ * for DROP DATABASE and ALTER DATABASE (launcher.c), and a cancelled sweep
+ * ends partial, not failed.
  *
  * It runs no SQL: rows are found and deleted through the table's index, by
  * OID (sweep.c).  Each sweep transaction runs as dedup.sweep_role, or else
@@ -472,9 +474,15 @@ dedup_sweeper_main(Datum main_arg)
 		HOLD_INTERRUPTS();
 		MemoryContextSwitchTo(sweep_context);
 		edata = CopyErrorData();
-		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 		{
-			/* rows locked elsewhere: not a failure, the next sweep retries */
+			/*
+			 * rows locked elsewhere, or cancelled (by the launcher, for DROP
+			 * DATABASE or ALTER DATABASE while we vacuum; or by a DBA): not
+			 * a failure, the next sweep goes on
+			 */
+			elog(DEBUG1, "dedup sweep: stopped: %s", edata->message);
 			FlushErrorState();
 			AbortCurrentTransaction();
 			dedup_sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);

@@ -40,7 +40,8 @@
 #   BENCH_SWEEP_SIZES      expired backlogs, comma-separated (500000,1000000; the
 #                          issue's full list: 500000,1000000,2000000,4000000,8000000)
 #   BENCH_SWEEP_ROUNDS     rounds of each sweep size (1)
-#   BENCH_DURING_SECONDS   length of each run of claims in row 9 (3)
+#   BENCH_DURING_SECONDS   seconds of claims measured in each run of row 9 (3;
+#                          each runs 1 s longer, its first second left out)
 #   BENCH_DURING_ROWS      backlog loaded for each run of row 9 (default: enough
 #                          for a run at the rate measured in row 8, at most
 #                          BENCH_DURING_MAX, 8000000)

@@ -17,7 +17,11 @@
 #  4. a sweep that leaves few dead rows (below the threshold) does not
 #     vacuum;
 #  5. the VACUUM goes at autovacuum's pace (autovacuum_vacuum_cost_delay
-#     and autovacuum_vacuum_cost_limit), and pg_stat_activity shows it.
+#     and autovacuum_vacuum_cost_limit), and pg_stat_activity shows it;
+#  6. a DROP DATABASE (without FORCE) issued while the sweeper vacuums
+#     succeeds: the launcher cancels the VACUUM (which would otherwise run
+#     for longer than the 5 s DROP DATABASE waits for sessions to leave),
+#     and the sweep ends partial, with nothing logged as an error.
 #
 use strict;
 use warnings;
@@ -148,6 +152,47 @@ is($seen, 'VacuumDelay',
 is($node->wait_sweep_after('db1', $since), 'done', 'db1: that sweep is done');
 # (not all of the dead rows: the watching transaction held them back)
 is((split /\|/, vacuum_stats())[0], $count0 + 1, 'it vacuumed');
+
+###############################################################################
+note('6. DROP DATABASE while the sweeper vacuums');
+
+# one page per 100 ms: a VACUUM of about 10000 rows' heap and index pages
+# takes longer than DROP DATABASE waits (5 s)
+$node->set_config('autovacuum_vacuum_cost_delay', '100ms', '100ms');
+$node->safe_psql('postgres', 'CREATE DATABASE dropme');
+$node->safe_psql('dropme', 'CREATE EXTENSION dedup');
+$node->poll_query_until('dropme',
+	q{SELECT sweeper_pid IS NULL AND last_sweep_end IS NOT NULL FROM dedup_sweeper})
+  or die 'the first sweep of dropme did not end';
+$node->add_expired('dropme', 'v', 10000);
+{
+	my $offset = -s $node->logfile;
+	my $launcher = $node->launcher_pid;
+	$node->safe_psql('dropme', 'SELECT dedup_sweeper_wake()');
+	ok( $node->poll_query_until(
+			'postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = 'dropme'
+   AND query = 'dedup sweep: vacuuming processed_messages'}),
+		'dropme: the sweeper is vacuuming');
+	my $t0 = time;
+	my ($ret, $out, $err) = $node->psql_verbose('postgres', q{
+DROP DATABASE dropme;
+SELECT count(*) FROM pg_database WHERE datname = 'dropme';
+SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dedup sweeper';
+});
+	my $elapsed = time - $t0;
+	is($ret, 0, 'DROP DATABASE while the sweeper vacuums succeeds') or diag $err;
+	is($out, "0\n0", 'DROP DATABASE: the database and its sweeper are gone');
+	note sprintf('DROP DATABASE took %.2f s', $elapsed);
+	is($node->launcher_pid, $launcher, 'DROP DATABASE: the launcher lives on');
+	ok( $node->log_entries($offset,
+			qr/dedup sweep: stopped: canceling statement due to user request/),
+		'the sweeper says its VACUUM was cancelled');
+	my @lines = ($node->log_problems($offset),
+		$node->log_entries($offset, qr/terminated by signal|exited with exit code [1-9]/));
+	is(scalar @lines, 0, 'DROP DATABASE: no error logged') or diag join("\n", @lines);
+}
 $node->set_config('autovacuum_vacuum_cost_limit', undef, '-1');
 $node->set_config('autovacuum_vacuum_cost_delay', undef, '2ms');
 
