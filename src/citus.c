@@ -198,7 +198,7 @@ dedup_citus_check(const DedupRelations *rels)
 		if (OidIsValid(catalog))
 			group = citus_group(catalog, ANUM_LOCAL_GROUP_GROUPID, true,
 								CITUS_COORDINATOR_GROUP);
-		if (group != CITUS_COORDINATOR_GROUP && !IsBackgroundWorker)
+		if (group != CITUS_COORDINATOR_GROUP && !dedup_is_background_worker())
 			ereport(ERROR,
 					errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					errmsg("dedup cannot be used on a Citus worker node"),
@@ -208,7 +208,7 @@ dedup_citus_check(const DedupRelations *rels)
 
 		catalog = citus_catalog("pg_dist_node");
 		if (group == CITUS_COORDINATOR_GROUP && OidIsValid(catalog) &&
-			!IsBackgroundWorker &&
+			!dedup_is_background_worker() &&
 			citus_group(catalog, ANUM_DIST_NODE_GROUPID, false,
 						 CITUS_COORDINATOR_GROUP) != CITUS_COORDINATOR_GROUP)
 			require_2pc();

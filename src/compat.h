@@ -22,6 +22,13 @@
 #endif
 
 /* dedup.c's module magic block: 18 records the library's name and version */
+/* 17 replaced the IsBackgroundWorker flag by the backend type */
+#if PG_VERSION_NUM >= 170000
+#define dedup_is_background_worker() AmBackgroundWorkerProcess()
+#else
+#define dedup_is_background_worker() IsBackgroundWorker
+#endif
+
 #if PG_VERSION_NUM >= 180000
 #define DEDUP_MODULE_MAGIC(name_, version_) \
 	PG_MODULE_MAGIC_EXT(.name = (name_), .version = (version_))
