@@ -36,10 +36,19 @@
 #                       (none: dedup's defaults)
 #   $node->set_config($name, $value, $shown)
 #                       ALTER SYSTEM SET (RESET for an undef $value), reload;
-#                       ok() once new sessions show $shown
+#                       ok() once new sessions show $shown (polled with a new
+#                       session each time: the postmaster, which starts them,
+#                       has reloaded)
+#   $node->poll_query_until($db, $query, $expected)
+#                       as the base class's (true once $query prints
+#                       $expected, default 't', and no error), but every
+#                       attempt goes through one psql session for the whole
+#                       wait (a new one only after it ended, e.g. the server
+#                       restarted): a psql and a backend started ten times a
+#                       second take most of a core on these machines
 #   $node->poll_value($db, $query)
 #                       $query's output once it is not empty (undef after
-#                       the timeout)
+#                       the timeout), polled the same way
 #   $node->psql_verbose($db, $sql, %params)
 #                       psql() with the SQLSTATE in every message
 #   $node->psql_fails_like($db, $sql, $re, $name, %params)
@@ -177,19 +186,74 @@ sub set_config
 		: "ALTER SYSTEM RESET $name");
 	$self->safe_psql('postgres', 'SELECT pg_reload_conf()');
 	return ok(
-		$self->poll_query_until('postgres', "SELECT current_setting('$name')", $shown),
+		$self->PostgreSQL::Test::Cluster::poll_query_until('postgres',
+			"SELECT current_setting('$name')", $shown),
 		"$name is now '$shown'");
+}
+
+# poll($db, $query, $done): run $query every 0.1 s in one psql session
+# until $done->($stdout, $stderr) is true (both chomped); returns whether it
+# was and the last output.  Each attempt ends with a mark on both outputs, so
+# that what is read belongs to it; a session that ended (psql exits when its
+# connection is lost) is replaced at the next attempt.
+sub poll
+{
+	my ($self, $db, $query, $done) = @_;
+	local %ENV = $self->_get_env();
+	my $mark = '__dedup_poll_attempt_done__';
+	my ($in, $out, $err, $session) = ('', '', '');
+	my $attempt = sub {
+		if (!$session || !$session->pumpable)
+		{
+			eval { $session->finish } if $session;
+			$in = '';
+			$session = IPC::Run::start(
+				[
+					$self->installed_command('psql'), '-XAt',
+					'-d', $self->connstr($db)
+				],
+				'<', \$in, '>', \$out, '2>', \$err);
+		}
+		($out, $err) = ('', '');
+		$in .= "$query\n;\n\\echo $mark\n\\warn $mark\n";
+		eval {
+			$session->pump
+			  while $session->pumpable
+			  && !($out =~ /^$mark\n/m && $err =~ /^$mark\n/m);
+		};
+		my $complete = $out =~ s/^$mark\n//m;
+		$complete = $err =~ s/^$mark\n//m && $complete;
+		chomp($out);
+		chomp($err);
+		return $complete && $done->($out, $err);
+	};
+	my $ok = wait_until($attempt);
+	if ($session)
+	{
+		$in .= "\\q\n";
+		eval { $session->finish };
+	}
+	diag("polling timed out executing this query:\n$query\n"
+		  . "last output:\n$out\nwith stderr:\n$err")
+	  unless $ok;
+	return ($ok, $out);
+}
+
+sub poll_query_until
+{
+	my ($self, $db, $query, $expected) = @_;
+	$expected //= 't';
+	my ($ok) = $self->poll($db, $query,
+		sub { my ($out, $err) = @_; return $out eq $expected && $err eq ''; });
+	return $ok;
 }
 
 sub poll_value
 {
 	my ($self, $db, $query) = @_;
-	my ($ret, $out);
-	return wait_until(
-		sub {
-			($ret, $out) = $self->psql($db, $query);
-			return $ret == 0 && $out ne '';
-		}) ? $out : undef;
+	my ($ok, $out) = $self->poll($db, $query,
+		sub { my ($out, $err) = @_; return $out ne '' && $err eq ''; });
+	return $ok ? $out : undef;
 }
 
 sub psql_verbose
@@ -287,6 +351,8 @@ BEGIN
 					  AND last_sweep_end >= last_sweep_start) THEN
 			RETURN '';
 		END IF;
+		-- a look every 2 ms, not a core spinning next to the sweep
+		PERFORM pg_sleep(0.002);
 	END LOOP;
 	RETURN '';
 END \$\$;

@@ -1,7 +1,7 @@
 #
 # 010_claim_stress.pl: dedup_claim under concurrent and repeated delivery.
 #
-# A queue of deliveries holds each of 3000 messages exactly three times.
+# A queue of deliveries holds each of 1200 messages exactly three times.
 # Eight pgbench clients pop deliveries with FOR UPDATE SKIP LOCKED and, in the
 # transaction that pops one, claim the message and apply its effect (credit
 # an account, record it in "applied") only when the claim returns true.  The
@@ -13,7 +13,9 @@
 #
 # The run is repeated under READ COMMITTED, REPEATABLE READ and SERIALIZABLE
 # (set with ALTER DATABASE ... SET default_transaction_isolation; the
-# SERIALIZABLE run uses 1600 messages), each with its own consumer name.
+# SERIALIZABLE run uses two thirds of them), each with its own consumer name.
+# DEDUP_STRESS_MESSAGES=N (a multiple of 24, at most 3000) runs a longer
+# stress by hand.
 # After each run:
 #   - pgbench processed every transaction and none failed;
 #   - the queue is empty (every delivery was consumed exactly once);
@@ -34,7 +36,10 @@ use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $n_messages = 3000;
+my $n_messages = $ENV{DEDUP_STRESS_MESSAGES} // 1200;
+my $n_serializable = 2 * $n_messages / 3;
+die "DEDUP_STRESS_MESSAGES must be a multiple of 24, at most 3000"
+  if $n_messages % 24 || $n_messages > 3000;
 my $n_accounts = 100;
 my $clients    = 8;
 
@@ -294,7 +299,7 @@ SELECT count(*)
 # processed_messages' index pages): fewer messages keep its run short.
 run_stress('read committed',  'stress-rc',  $n_messages);
 run_stress('repeatable read', 'stress-rr',  $n_messages);
-run_stress('serializable',    'stress-ser', 1600);
+run_stress('serializable',    'stress-ser', $n_serializable);
 
 # Runs did not disturb each other's claims: consumers are independent.
 is( $node->safe_psql(
@@ -302,7 +307,7 @@ is( $node->safe_psql(
 SELECT string_agg(consumer_name || '=' || n, ',' ORDER BY consumer_name)
   FROM (SELECT consumer_name, count(*) AS n FROM processed_messages
 		 GROUP BY consumer_name) s}),
-	"probe=1,stress-rc=$n_messages,stress-rr=$n_messages,stress-ser=1600",
+	"probe=1,stress-rc=$n_messages,stress-rr=$n_messages,stress-ser=$n_serializable",
 	'each consumer kept exactly its own claims');
 
 $node->stop;
