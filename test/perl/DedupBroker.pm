@@ -93,6 +93,11 @@ CONF
 		RABBITMQ_CTL_DIST_PORT_MIN => $self->{ctl_port},
 		RABBITMQ_CTL_DIST_PORT_MAX => $self->{ctl_port},
 		ERL_EPMD_PORT => $self->{epmd_port},
+		# one scheduler of each kind, none spinning while idle: a test's
+		# broker moves a few thousand messages, and Erlang's default busy
+		# waiting takes cores the servers under test need
+		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS =>
+		  '+S 1:1 +SDcpu 1:1 +SDio 1 +sbwt none +sbwtdcpu none +sbwtdio none',
 	};
 
 	for ($server, $epmd)

@@ -22,8 +22,11 @@ use Test::More;
 
 my $clients = 4;
 my $swaps   = 40;
-# long enough to outlast the swaps on a loaded machine; pgbench ends by itself
+# long enough to outlast the swaps on a loaded machine; pgbench ends by itself.
+# At most 200 claims a second: each swap waits for five, and full speed would
+# only take the cores that a loaded machine gives the swaps
 my $pgbench_seconds = 20;
+my $pgbench_rate    = 200;
 
 my $node = DedupNode->create('swap', preload => 0,
 	conf => { max_connections => 30 });
@@ -81,7 +84,8 @@ $node->safe_psql('postgres',
 
 my @cmd = (
 	'pgbench', '-n', '-h', $node->host, '-p', $node->port,
-	'-c', $clients, '-j', 2, '-T', $pgbench_seconds, '-f', $script, 'postgres');
+	'-c', $clients, '-j', 2, '-T', $pgbench_seconds, '-R', $pgbench_rate,
+	'-f', $script, 'postgres');
 my $pgbench_err = $node->basedir . '/pgbench.err';
 my $stdout = '';
 my $pgbench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', $pgbench_err);
