@@ -14,6 +14,7 @@ OBJS = \
 	src/guc.o \
 	src/relations.o \
 	src/citus.o \
+	src/colocated.o \
 	src/claim.o \
 	src/claim_writer.o \
 	src/claimants.o \

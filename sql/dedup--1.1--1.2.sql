@@ -356,3 +356,100 @@ REVOKE ALL ON @extschema@.dedup_stream_stats FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.dedup_stream_counters() TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_stream_progress TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_stream_stats TO pg_monitor;
+
+/* --- records colocated with the business rows on Citus (issue 15, items 2 and 3) --- */
+
+/*
+ * The registry of colocated records tables: distributed tables, created by
+ * dedup_create_colocated_records() and owned by its caller (not members of
+ * the extension: DROP EXTENSION leaves them, and their rows, in place, and
+ * takes the registry with it).  Only registered tables are written by the
+ * routed claims, swept, and counted (colocated.c).  A row whose table has
+ * been dropped is ignored.  Kept by pg_dump, as the tables it names are.
+ */
+CREATE TABLE @extschema@.dedup_colocated_tables (
+	records regclass NOT NULL,
+	registered_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT dedup_colocated_tables_pkey PRIMARY KEY (records)
+);
+COMMENT ON TABLE @extschema@.dedup_colocated_tables IS
+	'dedup: the distributed tables of records colocated with business tables on Citus (written by dedup_create_colocated_records)';
+SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass, ''::pg_catalog.text)
+  FROM pg_catalog.pg_class c
+ WHERE c.relnamespace OPERATOR(pg_catalog.=)
+	   (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup'::pg_catalog.name)
+   AND c.relname OPERATOR(pg_catalog.=) 'dedup_colocated_tables'::pg_catalog.name;
+
+/*
+ * dedup_create_colocated_records(records_table, colocate_with): on a Citus
+ * coordinator, create records_table (route, consumer, message_id,
+ * processed_at; the route of colocate_with's distribution column type),
+ * distributed by route and colocated with colocate_with, which the caller
+ * must own; register it.  Not for PUBLIC.
+ */
+CREATE FUNCTION @extschema@.dedup_create_colocated_records(records_table text,
+														   colocate_with regclass)
+RETURNS regclass
+AS 'MODULE_PATHNAME', 'dedup_create_colocated_records'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/*
+ * The claims routed by key, on the coordinator: dedup_claim and
+ * dedup_claim_many for records kept in the shard of route (a value of the
+ * table's route column, as text), committed with the business update on
+ * the worker that holds both, in one-phase commit.  They run as the
+ * caller: INSERT and SELECT on the records table are needed too.
+ */
+CREATE FUNCTION @extschema@.dedup_claim_routed(records regclass, route text,
+											   consumer text, message_id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_claim_routed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.dedup_claim_routed(regclass, text, text, text) IS
+	'dedup: claim a message in a colocated records table, routed by key; true = first time (do it), false = duplicate (skip)';
+
+CREATE FUNCTION @extschema@.dedup_claim_routed_many(records regclass, route text,
+													consumer text, message_ids text[])
+RETURNS boolean[]
+AS 'MODULE_PATHNAME', 'dedup_claim_routed_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.dedup_seen_routed(records regclass, route text,
+											  consumer text, message_id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_seen_routed'
+LANGUAGE C STABLE PARALLEL UNSAFE;
+
+/*
+ * dedup_sweep_colocated([records]): delete the expired rows of the
+ * colocated records tables now, with the windows of dedup_retention, as
+ * the caller; the coordinator's sweeper does it on its own.
+ */
+CREATE FUNCTION @extschema@.dedup_sweep_colocated(records regclass DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dedup_sweep_colocated'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/* what each colocated records table holds per consumer, on all nodes */
+CREATE FUNCTION @extschema@.dedup_colocated_storage(
+	OUT records regclass,
+	OUT consumer text,
+	OUT records_count bigint,
+	OUT oldest_record_at timestamptz,
+	OUT latest_record_at timestamptz,
+	OUT expires_before timestamptz,
+	OUT table_bytes bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dedup_colocated_storage'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON TABLE @extschema@.dedup_colocated_tables FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_create_colocated_records(text, regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_routed(regclass, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_claim_routed_many(regclass, text, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_seen_routed(regclass, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_sweep_colocated(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_colocated_storage() FROM PUBLIC;
+GRANT SELECT ON TABLE @extschema@.dedup_colocated_tables TO pg_monitor;
+GRANT EXECUTE ON FUNCTION @extschema@.dedup_colocated_storage() TO pg_monitor;

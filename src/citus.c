@@ -33,6 +33,13 @@
  * not export it, claims on a coordinator with workers are refused rather
  * than committed with one-phase commit.
  *
+ * A colocated claim (colocated.c) writes to a distributed table through
+ * Citus's planner, to the worker that holds the business row, and only
+ * reads the extension's local tables: while it reads them
+ * (dedup_citus_reading_only), no two-phase commit is asked for, and the
+ * claim commits with the business update in Citus's one-phase commit of
+ * that worker.  A local claim in the same transaction still asks for it.
+ *
  * Citus is found through its catalog tables, looked up by name in
  * pg_catalog: dedup builds, and runs, without it.  They are read once per
  * transaction (and again if the extension's tables change).
@@ -72,6 +79,19 @@ typedef void (*Use2PCFunction) (void);
 /* the transaction (and table) whose check passed */
 static LocalTransactionId checked_lxid = InvalidLocalTransactionId;
 static Oid	checked_messages = InvalidOid;
+
+/* whether that check found a coordinator with workers (a foreground backend) */
+static bool checked_needs_2pc = false;
+
+/* the transaction already made to commit with two-phase commit */
+static LocalTransactionId twopc_lxid = InvalidLocalTransactionId;
+
+/*
+ * Set while a colocated claim (colocated.c) only reads the extension's
+ * local tables (the claimant mapping, the registry): a read needs no
+ * two-phase commit, and the claim's write goes to the worker alone.
+ */
+static bool reading_only = false;
 
 static Use2PCFunction use_2pc = NULL;
 static bool use_2pc_looked_up = false;
@@ -177,42 +197,86 @@ dedup_citus_check(const DedupRelations *rels)
 {
 	Oid			dist_partition;
 	Oid			catalog;
-	Oid			tables[4];
+	Oid			tables[5];
 	int32		group = CITUS_COORDINATOR_GROUP;
 
-	if (dedup_local_xid() == checked_lxid && rels->messages == checked_messages)
-		return;
-
-	dist_partition = citus_catalog("pg_dist_partition");
-	if (OidIsValid(dist_partition))
+	if (dedup_local_xid() != checked_lxid || rels->messages != checked_messages)
 	{
-		tables[0] = rels->messages;
-		tables[1] = rels->retention;
-		tables[2] = rels->consumer_roles;
-		tables[3] = rels->positions;
-		for (int i = 0; i < lengthof(tables); i++)
-			if (OidIsValid(tables[i]) && citus_manages(dist_partition, tables[i]))
-				refuse_managed(tables[i]);
+		checked_needs_2pc = false;
+		dist_partition = citus_catalog("pg_dist_partition");
+		if (OidIsValid(dist_partition))
+		{
+			tables[0] = rels->messages;
+			tables[1] = rels->retention;
+			tables[2] = rels->consumer_roles;
+			tables[3] = rels->positions;
+			tables[4] = rels->colocated;
+			for (int i = 0; i < lengthof(tables); i++)
+				if (OidIsValid(tables[i]) && citus_manages(dist_partition, tables[i]))
+					refuse_managed(tables[i]);
 
-		catalog = citus_catalog("pg_dist_local_group");
-		if (OidIsValid(catalog))
-			group = citus_group(catalog, ANUM_LOCAL_GROUP_GROUPID, true,
-								CITUS_COORDINATOR_GROUP);
-		if (group != CITUS_COORDINATOR_GROUP && !dedup_is_background_worker())
-			ereport(ERROR,
-					errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("dedup cannot be used on a Citus worker node"),
-					errdetail("This node is in Citus group %d: no distributed query reads its table \"%s\", so a message claimed here could be claimed again on the coordinator or on another node.",
-							  group, get_rel_name(rels->messages)),
-					errhint("Claim on the coordinator, in the transaction that updates the distributed tables, and do not distribute dedup's functions with create_distributed_function."));
+			group = dedup_citus_group();
+			if (group != CITUS_COORDINATOR_GROUP && !dedup_is_background_worker())
+				ereport(ERROR,
+						errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("dedup cannot be used on a Citus worker node"),
+						errdetail("This node is in Citus group %d: no distributed query reads its table \"%s\", so a message claimed here could be claimed again on the coordinator or on another node.",
+								  group, get_rel_name(rels->messages)),
+						errhint("Claim on the coordinator, in the transaction that updates the distributed tables, and do not distribute dedup's functions with create_distributed_function."));
 
-		catalog = citus_catalog("pg_dist_node");
-		if (group == CITUS_COORDINATOR_GROUP && OidIsValid(catalog) &&
-			!dedup_is_background_worker() &&
-			citus_group(catalog, ANUM_DIST_NODE_GROUPID, false,
-						 CITUS_COORDINATOR_GROUP) != CITUS_COORDINATOR_GROUP)
-			require_2pc();
+			catalog = citus_catalog("pg_dist_node");
+			checked_needs_2pc = group == CITUS_COORDINATOR_GROUP &&
+				OidIsValid(catalog) && !dedup_is_background_worker() &&
+				citus_group(catalog, ANUM_DIST_NODE_GROUPID, false,
+							CITUS_COORDINATOR_GROUP) != CITUS_COORDINATOR_GROUP;
+		}
+		checked_lxid = dedup_local_xid();
+		checked_messages = rels->messages;
 	}
-	checked_lxid = dedup_local_xid();
-	checked_messages = rels->messages;
+	if (checked_needs_2pc && !reading_only && twopc_lxid != dedup_local_xid())
+	{
+		require_2pc();
+		twopc_lxid = dedup_local_xid();
+	}
+}
+
+/*
+ * This node's Citus group (0: the coordinator, or a node that is not part
+ * of a cluster yet), or -1 when Citus's catalogs are not here.
+ */
+int32
+dedup_citus_group(void)
+{
+	Oid			catalog;
+
+	if (!OidIsValid(citus_catalog("pg_dist_partition")))
+		return -1;
+	catalog = citus_catalog("pg_dist_local_group");
+	if (!OidIsValid(catalog))
+		return CITUS_COORDINATOR_GROUP;
+	return citus_group(catalog, ANUM_LOCAL_GROUP_GROUPID, true,
+					   CITUS_COORDINATOR_GROUP);
+}
+
+/*
+ * While on, dedup_citus_check() does not ask for two-phase commit: the
+ * caller (a colocated claim) only reads the extension's local tables.
+ * Returns the previous setting, to be restored.
+ */
+bool
+dedup_citus_reading_only(bool on)
+{
+	bool		was = reading_only;
+
+	reading_only = on;
+	return was;
+}
+
+/* Is relid a table Citus manages (distributed, reference or Citus local)? */
+bool
+dedup_citus_distributed(Oid relid)
+{
+	Oid			dist_partition = citus_catalog("pg_dist_partition");
+
+	return OidIsValid(dist_partition) && citus_manages(dist_partition, relid);
 }

@@ -13,5 +13,8 @@
 #include "relations.h"
 
 extern void dedup_citus_check(const DedupRelations *rels);
+extern int32 dedup_citus_group(void);
+extern bool dedup_citus_reading_only(bool on);
+extern bool dedup_citus_distributed(Oid relid);
 
 #endif							/* DEDUP_CITUS_H */

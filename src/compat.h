@@ -105,6 +105,15 @@ typedef bool DedupUpdateIndexes;
 	pg_namespace_aclcheck((nspid), (roleid), (mode))
 #endif
 
+/* does roleid own the table relid (16 made it one check for every kind) */
+#if PG_VERSION_NUM >= 160000
+#define dedup_class_ownercheck(relid, roleid) \
+	object_ownercheck(RelationRelationId, (relid), (roleid))
+#else
+#define dedup_class_ownercheck(relid, roleid) \
+	pg_class_ownercheck((relid), (roleid))
+#endif
+
 /*
  * The settings that only some versions have, which the sweeper sets for
  * its transactions: entries of its list (sweeper.c), as {name, value}.

@@ -550,6 +550,9 @@ relations_load(DedupRelations *rels)
 	/* and stream_positions from 1.2 on */
 	rels->positions = member_table(rels->extension, rels->schema,
 								   "stream_positions");
+	/* and the registry of colocated records tables too (colocated.c) */
+	rels->colocated = member_table(rels->extension, rels->schema,
+								   "dedup_colocated_tables");
 	/* before the checks of the tables' shape, which Citus also changes */
 	dedup_citus_check(rels);
 

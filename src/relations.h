@@ -29,6 +29,7 @@ typedef struct DedupRelations
 	Oid			consumer_roles_key; /* its (consumer_name, claimant) key */
 	Oid			positions;		/* stream_positions (1.2), or invalid */
 	Oid			positions_key;	/* its (consumer_name, stream, partition) key */
+	Oid			colocated;		/* dedup_colocated_tables (1.2), or invalid */
 } DedupRelations;
 
 typedef enum DedupTable

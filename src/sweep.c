@@ -344,6 +344,19 @@ consumer_window(const DedupRelations *rels, text *consumer)
 	return window;
 }
 
+/*
+ * The retention rule for a consumer whose latest claim, found elsewhere (a
+ * colocated records table, colocated.c), is latest: its window (its own or
+ * dedup.retention) applied as for processed_messages.  True, with
+ * *cutoff, when its rows older than *cutoff are expired.
+ */
+bool
+dedup_consumer_cutoff(const DedupRelations *rels, text *consumer,
+					  TimestampTz latest, TimestampTz *cutoff)
+{
+	return retention_cutoff(latest, consumer_window(rels, consumer), cutoff);
+}
+
 /* A consumer, and what the retention rule makes of its window. */
 static DedupConsumer *
 consumer_make(text *name, Interval *window, bool has_rows,

@@ -42,6 +42,8 @@ typedef struct DedupConsumer
 extern List *dedup_consumers(const DedupRelations *rels,
 							 const char *only_consumer, bool with_windows);
 
+extern bool dedup_consumer_cutoff(const DedupRelations *rels, text *consumer,
+								  TimestampTz latest, TimestampTz *cutoff);
 extern bool dedup_sweep_lock(Oid messages, bool wait);
 extern void dedup_sweep_check_role(const DedupRelations *rels, Oid role);
 extern List *dedup_sweep_targets(const DedupRelations *rels,

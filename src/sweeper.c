@@ -22,8 +22,10 @@
  * for DROP DATABASE and ALTER DATABASE (launcher.c), and a cancelled sweep
  * ends partial, not failed.
  *
- * It runs no SQL: rows are found and deleted through the table's index, by
- * OID (sweep.c).  Each sweep transaction runs as dedup.sweep_role, or else
+ * It runs no SQL on processed_messages: rows are found and deleted through
+ * the table's index, by OID (sweep.c).  On a Citus coordinator it then
+ * sweeps the colocated records tables with distributed DELETEs through
+ * SPI (colocated.c, sweeper_sweep_colocated).  Each sweep transaction runs as dedup.sweep_role, or else
  * the owner of processed_messages, in a security-restricted operation (as
  * VACUUM and REFRESH MATERIALIZED VIEW run as the table's owner), and only
  * if that role has the privileges a DELETE of expired rows would need.  The
@@ -70,6 +72,8 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "citus.h"
+#include "colocated.h"
 #include "compat.h"
 #include "guc.h"
 #include "relations.h"
@@ -281,6 +285,80 @@ sweeper_end(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/*
+ * On a Citus coordinator, sweep the registered colocated records tables
+ * (colocated.c), each in a transaction of its own, as dedup.sweep_role or
+ * else the table's owner, in a security-restricted operation: one
+ * distributed DELETE per consumer, which Citus runs on every shard over
+ * connections it opens to the workers as that role.  Unlike the batches
+ * above these deletes cannot be bounded (a distributed table takes no
+ * LIMIT): each takes what one consumer has expired.
+ */
+static DedupSweepOutcome
+sweeper_sweep_colocated(TimestampTz deadline)
+{
+	MemoryContext sweep_context = CurrentMemoryContext;
+	const DedupRelations *rels;
+	List	   *tables = NIL;
+	ListCell   *lc;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rels = dedup_relations(true);
+	if (rels != NULL && dedup_citus_group() == 0)
+	{
+		MemoryContext oldcontext = MemoryContextSwitchTo(sweep_context);
+
+		tables = dedup_colocated_tables(rels);
+		MemoryContextSwitchTo(oldcontext);
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	foreach(lc, tables)
+	{
+		Oid			records = lfirst_oid(lc);
+		Oid			role;
+		uint64		deleted = 0;
+
+		CHECK_FOR_INTERRUPTS();
+		if (sweeper_database_wanted())
+			return DEDUP_SWEEP_PARTIAL;
+		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+			return DEDUP_SWEEP_PARTIAL;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		GetUserIdAndSecContext(&session_userid, &session_sec_context);
+		PushActiveSnapshot(GetTransactionSnapshot());
+		rels = dedup_relations(true);
+		if (rels != NULL &&
+			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(records)))
+		{
+			if (dedup_sweep_role[0] != '\0')
+				role = get_role_oid(dedup_sweep_role, false);
+			else
+			{
+				HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(records));
+
+				if (!HeapTupleIsValid(tuple))
+					elog(ERROR, "cache lookup failed for relation %u", records);
+				role = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+				ReleaseSysCache(tuple);
+			}
+			SetUserIdAndSecContext(role, session_sec_context |
+								   SECURITY_RESTRICTED_OPERATION);
+			namestrcpy(&sweep_role_name, GetUserNameFromId(role, false));
+			sweeper_report("deleting expired colocated claims");
+			deleted = dedup_colocated_sweep_table(rels, records);
+		}
+		sweeper_end();
+		dedup_sweeper_progress(deleted);
+	}
+	return DEDUP_SWEEP_DONE;
+}
+
 /* Sweep this database: all of it, or until time, DDL or a lock stops us. */
 static DedupSweepOutcome
 sweeper_sweep(TimestampTz start, DedupSweepPace *pace)
@@ -343,7 +421,7 @@ sweeper_sweep(TimestampTz start, DedupSweepPace *pace)
 			dedup_sweeper_progress(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
-	return DEDUP_SWEEP_DONE;
+	return sweeper_sweep_colocated(deadline);
 }
 
 /*

@@ -1,0 +1,1009 @@
+/*-------------------------------------------------------------------------
+ *
+ * colocated.c
+ *	  Records colocated with the business rows on a Citus cluster: a
+ *	  distributed table per colocation group, created and registered by
+ *	  dedup_create_colocated_records(), claimed by routing key
+ *	  (dedup_claim_routed(), dedup_claim_routed_many(), dedup_seen_routed()),
+ *	  swept with the windows of dedup_retention (dedup_sweep_colocated() and
+ *	  the coordinator's sweeper), and counted (dedup_colocated_storage()).
+ *
+ * A records table is an ordinary user table (the caller's, not a member of
+ * the extension), distributed by its route column and colocated with the
+ * business table: the record of a message lives in the shard, on the
+ * worker, that holds the business row it is about, and moves with it
+ * (citus_move_shard_placement, the rebalancer).  The claim is INSERT ...
+ * ON CONFLICT DO NOTHING into it, run through SPI on the coordinator, so
+ * that Citus's planner routes it by the routing key to that shard, over
+ * the connection the transaction's update of the business row uses: claim
+ * and update commit on one worker, in one transaction, with Citus's
+ * one-phase commit, and the speculative insertion (the row lock of a
+ * concurrent claimer, the answers under every isolation level) happens in
+ * the worker's shard, exactly as the statement does it on one node.
+ *
+ * Unlike the local claim (claim_writer.c), the statement runs as the
+ * caller, with the caller's privileges on the table: a role that claims
+ * needs INSERT and SELECT on it, and the registry (dedup_colocated_tables)
+ * is what keeps the table argument from naming any other table.  The
+ * extension's local tables are only read here (the registry, the claimant
+ * mapping, the windows): no two-phase commit is asked for (citus.c).
+ *
+ * The statements are prepared once per backend and table (SPI_keepplan),
+ * and dropped when the table's relcache entry, or the registry's, is
+ * invalidated.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/typcache.h"
+#include "utils/varlena.h"
+
+#include "audit.h"
+#include "citus.h"
+#include "claim.h"
+#include "claim_stats.h"
+#include "claimants.h"
+#include "colocated.h"
+#include "compat.h"
+#include "guc.h"
+#include "keys.h"
+#include "relations.h"
+#include "sweep.h"
+
+PG_FUNCTION_INFO_V1(dedup_create_colocated_records);
+PG_FUNCTION_INFO_V1(dedup_claim_routed);
+PG_FUNCTION_INFO_V1(dedup_claim_routed_many);
+PG_FUNCTION_INFO_V1(dedup_seen_routed);
+PG_FUNCTION_INFO_V1(dedup_sweep_colocated);
+PG_FUNCTION_INFO_V1(dedup_colocated_storage);
+
+/* the columns of a records table, in this order */
+#define ROUTE_ATTNUM 1
+#define CONSUMER_ATTNUM 2
+#define MESSAGE_ID_ATTNUM 3
+#define PROCESSED_AT_ATTNUM 4
+
+/* the statements prepared per records table */
+typedef enum RoutedStatement
+{
+	ROUTED_CLAIM,
+	ROUTED_CLAIM_MANY,
+	ROUTED_SEEN,
+	ROUTED_STATEMENTS
+} RoutedStatement;
+
+/* a registered records table, as this backend knows it */
+typedef struct ColocatedTable
+{
+	Oid			relid;			/* hash key */
+	bool		valid;			/* false: look it up again */
+	Oid			route_type;
+	Oid			route_input;	/* its input function */
+	Oid			route_ioparam;
+	SPIPlanPtr	plans[ROUTED_STATEMENTS];
+} ColocatedTable;
+
+static HTAB *colocated_cache = NULL;
+
+/* any change of a records table, or of the registry, forgets the table */
+static void
+colocated_invalidate(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	ColocatedTable *table;
+
+	if (colocated_cache == NULL)
+		return;
+	hash_seq_init(&status, colocated_cache);
+	while ((table = hash_seq_search(&status)) != NULL)
+		table->valid = false;
+	(void) relid;
+}
+
+/* the owner of the table relid */
+static Oid
+table_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/* Refuse colocated records where Citus is not, or on a worker. */
+static void
+colocated_check_node(const char *function)
+{
+	int32		group = dedup_citus_group();
+
+	if (group < 0)
+		ereport(ERROR,
+				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				errmsg("%s needs Citus", function),
+				errdetail("Colocated records are distributed tables of a Citus cluster; the citus extension is not installed in this database."),
+				errhint("Without Citus, claim with dedup_claim()."));
+	if (group != 0)
+		ereport(ERROR,
+				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				errmsg("%s must be called on the Citus coordinator", function),
+				errdetail("This node is in Citus group %d; colocated records are reached through the coordinator's distributed planner.",
+						  group),
+				errhint("Call it on the coordinator, in the transaction that updates the business rows."));
+}
+
+/*
+ * The registry, dedup_colocated_tables, opened with AccessShareLock, with
+ * the extension's tables in *rels; only read: no two-phase commit is asked
+ * for (citus.c).
+ */
+static Relation
+registry_open(const DedupRelations **rels)
+{
+	Relation	registry = NULL;
+	bool		was = dedup_citus_reading_only(true);
+
+	PG_TRY();
+	{
+		*rels = dedup_relations(false);
+		if (OidIsValid((*rels)->colocated))
+			registry = table_open((*rels)->colocated, AccessShareLock);
+	}
+	PG_FINALLY();
+	{
+		dedup_citus_reading_only(was);
+	}
+	PG_END_TRY();
+	if (registry == NULL)
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("extension \"dedup\" has no colocated records before version 1.2"),
+				errhint("Run ALTER EXTENSION dedup UPDATE."));
+	return registry;
+}
+
+/* Is records in the registry? */
+static bool
+registry_has(Relation registry, Oid records)
+{
+	ScanKeyData key;
+	SysScanDesc scan;
+	bool		found;
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(records));
+	scan = systable_beginscan(registry, InvalidOid, false, NULL, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	return found;
+}
+
+/*
+ * The registered records tables that still exist, in registration order
+ * (the caller's memory context).
+ */
+List *
+dedup_colocated_tables(const DedupRelations *rels)
+{
+	Relation	registry;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	List	   *tables = NIL;
+
+	if (!OidIsValid(rels->colocated))
+		return NIL;
+	registry = table_open(rels->colocated, AccessShareLock);
+	scan = systable_beginscan(registry, InvalidOid, false, NULL, 0, NULL);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Oid			relid = DatumGetObjectId(heap_getattr(tuple, 1,
+														  RelationGetDescr(registry),
+														  &isnull));
+
+		if (!isnull && SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+			tables = lappend_oid(tables, relid);
+	}
+	systable_endscan(scan);
+	table_close(registry, AccessShareLock);
+	return tables;
+}
+
+/* Raise the error for a records table of the wrong shape. */
+static void
+refuse_shape(Relation rel, const char *what)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			errmsg("table \"%s\" is not usable as colocated records", RelationGetRelationName(rel)),
+			errdetail("%s", what),
+			errhint("Create it with dedup_create_colocated_records(), and do not alter it."));
+}
+
+/* Check a column of a records table: its name and (unless InvalidOid) type */
+static Oid
+check_column(Relation rel, AttrNumber attnum, const char *name, Oid type)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Form_pg_attribute att;
+
+	if (attnum > desc->natts)
+		refuse_shape(rel, "It lacks a column of route, consumer, message_id and processed_at.");
+	att = TupleDescAttr(desc, attnum - 1);
+	if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0 ||
+		(OidIsValid(type) && att->atttypid != type))
+		refuse_shape(rel, "Its columns must be route, consumer text, message_id text and processed_at timestamptz, in this order.");
+	return att->atttypid;
+}
+
+/*
+ * The registered records table relid, ready to claim into: refused unless
+ * on a Citus coordinator, registered, of the shape the claims expect, and
+ * distributed.
+ */
+static ColocatedTable *
+colocated_table(Oid relid, const char *function)
+{
+	ColocatedTable *table;
+	bool		found;
+
+	colocated_check_node(function);
+	if (colocated_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(ColocatedTable);
+		colocated_cache = hash_create("dedup colocated records", 16, &ctl,
+									  HASH_ELEM | HASH_BLOBS);
+		CacheRegisterRelcacheCallback(colocated_invalidate, (Datum) 0);
+	}
+	table = hash_search(colocated_cache, &relid, HASH_ENTER, &found);
+	if (found && table->valid)
+		return table;
+	if (found)
+	{
+		for (int i = 0; i < ROUTED_STATEMENTS; i++)
+			if (table->plans[i] != NULL)
+				SPI_freeplan(table->plans[i]);
+	}
+	memset(table, 0, sizeof(ColocatedTable));
+	table->relid = relid;
+
+	{
+		const DedupRelations *rels;
+		Relation	registry = registry_open(&rels);
+		bool		registered = registry_has(registry, relid);
+		Relation	rel;
+
+		table_close(registry, AccessShareLock);
+		if (!registered)
+			ereport(ERROR,
+					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("table \"%s\" is not a colocated records table of dedup",
+						   get_rel_name(relid) ? get_rel_name(relid) : "?"),
+					errdetail("Routed claims write only to the tables dedup_create_colocated_records() has created and registered (dedup_colocated_tables)."),
+					errhint("Create one with dedup_create_colocated_records('processed_messages_by_customer', 'your_distributed_table')."));
+		rel = table_open(relid, AccessShareLock);
+		table->route_type = check_column(rel, ROUTE_ATTNUM, "route", InvalidOid);
+		check_column(rel, CONSUMER_ATTNUM, "consumer", TEXTOID);
+		check_column(rel, MESSAGE_ID_ATTNUM, "message_id", TEXTOID);
+		check_column(rel, PROCESSED_AT_ATTNUM, "processed_at", TIMESTAMPTZOID);
+		if (!dedup_citus_distributed(relid))
+			refuse_shape(rel, "It is no longer a distributed table: a claim in it would commit on the coordinator apart from the business update on the worker.");
+		table_close(rel, AccessShareLock);
+	}
+	getTypeInputInfo(table->route_type, &table->route_input,
+					 &table->route_ioparam);
+	table->valid = true;
+	return table;
+}
+
+/* The statement kind of a records table, prepared once and kept. */
+static SPIPlanPtr
+routed_plan(ColocatedTable *table, RoutedStatement kind)
+{
+	StringInfoData sql;
+	char	   *name;
+	Oid			argtypes[3];
+	SPIPlanPtr	plan;
+
+	if (table->plans[kind] != NULL)
+		return table->plans[kind];
+
+	name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(table->relid)),
+									  get_rel_name(table->relid));
+	argtypes[0] = table->route_type;
+	argtypes[1] = TEXTOID;
+	argtypes[2] = kind == ROUTED_CLAIM_MANY ? TEXTARRAYOID : TEXTOID;
+	initStringInfo(&sql);
+	switch (kind)
+	{
+		case ROUTED_CLAIM:
+			appendStringInfo(&sql,
+							 "INSERT INTO %s AS r (route, consumer, message_id) VALUES ($1, $2, $3) "
+							 "ON CONFLICT DO NOTHING RETURNING true", name);
+			break;
+		case ROUTED_CLAIM_MANY:
+
+			/*
+			 * one row per key, in a single-row VALUES: Citus routes it to
+			 * the shard as one statement (an INSERT ... SELECT would go
+			 * through intermediate results, and two-phase commit)
+			 */
+			appendStringInfo(&sql,
+							 "INSERT INTO %s AS r (route, consumer, message_id) "
+							 "VALUES ($1, $2, pg_catalog.unnest($3)) "
+							 "ON CONFLICT DO NOTHING RETURNING r.message_id", name);
+			break;
+		case ROUTED_SEEN:
+			{
+				TypeCacheEntry *tc = lookup_type_cache(table->route_type,
+													   TYPECACHE_EQ_OPR);
+				HeapTuple	tuple;
+				Oid			opnamespace;
+
+				if (!OidIsValid(tc->eq_opr))
+					ereport(ERROR,
+							errcode(ERRCODE_UNDEFINED_FUNCTION),
+							errmsg("could not identify an equality operator for type %s",
+								   format_type_be(table->route_type)));
+				tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(tc->eq_opr));
+				if (!HeapTupleIsValid(tuple))
+					elog(ERROR, "cache lookup failed for operator %u", tc->eq_opr);
+				opnamespace = ((Form_pg_operator) GETSTRUCT(tuple))->oprnamespace;
+				ReleaseSysCache(tuple);
+				appendStringInfo(&sql,
+								 "SELECT true FROM %s r WHERE r.route OPERATOR(%s.=) $1 "
+								 "AND r.consumer OPERATOR(pg_catalog.=) $2 "
+								 "AND r.message_id OPERATOR(pg_catalog.=) $3",
+								 name, quote_identifier(get_namespace_name(opnamespace)));
+				break;
+			}
+		case ROUTED_STATEMENTS:
+			elog(ERROR, "unexpected routed statement %d", (int) kind);
+	}
+	plan = SPI_prepare(sql.data, 3, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql.data,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	table->plans[kind] = plan;
+	pfree(sql.data);
+	return plan;
+}
+
+/* The routing key as a value of the route column's type */
+static Datum
+route_value(ColocatedTable *table, text *route)
+{
+	return OidInputFunctionCall(table->route_input, text_to_cstring(route),
+								table->route_ioparam, -1);
+}
+
+/*
+ * The checks every routed entry point makes on its first four arguments
+ * (records, route, consumer, message_id or message_ids; the last is left
+ * to the caller when keys is false), then the node, the registry and the
+ * claimant.
+ */
+static ColocatedTable *
+routed_begin(FunctionCallInfo fcinfo, const char *name, const char *call,
+			 bool keys, bool writes)
+{
+	ColocatedTable *table;
+	bool		was;
+
+	dedup_check_not_null(name, "records", 0, PG_ARGISNULL(0));
+	dedup_check_not_null(name, "route", 0, PG_ARGISNULL(1));
+	dedup_check_key(name, "consumer", 0, PG_GETARG_DATUM(2), PG_ARGISNULL(2),
+					DEDUP_MAX_CONSUMER_BYTES);
+	if (keys)
+		dedup_check_key(name, "message_id", 0, PG_GETARG_DATUM(3),
+						PG_ARGISNULL(3), DEDUP_MAX_MESSAGE_ID_BYTES);
+	if (writes)
+	{
+		PreventCommandDuringRecovery(call);
+		PreventCommandIfReadOnly(call);
+	}
+	table = colocated_table(PG_GETARG_OID(0), call);
+	was = dedup_citus_reading_only(true);
+	PG_TRY();
+	{
+		dedup_check_claimant(PG_GETARG_TEXT_PP(2), call);
+	}
+	PG_FINALLY();
+	{
+		dedup_citus_reading_only(was);
+	}
+	PG_END_TRY();
+	return table;
+}
+
+/*
+ * Run a prepared statement of table with values; count its outcome as
+ * nkeys claims (when counting) whose claimed ones are those it returned,
+ * and return the rows it returned (SPI_tuptable is valid until
+ * SPI_finish, which the caller calls).
+ */
+static uint64
+routed_execute(ColocatedTable *table, RoutedStatement kind, Datum *values,
+			   text *consumer, int nkeys, bool count)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	DedupClaimTally tally = {0};
+	instr_time	start;
+	SPIPlanPtr	plan;
+	int			rc;
+	uint64		rows;
+
+	if (count && dedup_track_claims)
+		INSTR_TIME_SET_CURRENT(start);
+	PG_TRY();
+	{
+		plan = routed_plan(table, kind);
+		rc = SPI_execute_plan(plan, values, NULL, kind == ROUTED_SEEN, 0);
+		if (rc < 0)
+			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	}
+	PG_CATCH();
+	{
+		if (count)
+		{
+			int			code = geterrcode();
+
+			MemoryContextSwitchTo(caller_context);
+			dedup_stats_tally(&tally, dedup_claim_failure(code), false, &start);
+			dedup_stats_flush(consumer, NULL, &tally);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	rows = SPI_processed;
+	if (count)
+	{
+		/* the batch's time is shared by its keys, as a lock wait is not seen */
+		for (uint64 i = 0; i < (uint64) nkeys; i++)
+			dedup_stats_tally(&tally, i < rows ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+							  false, &start);
+		dedup_stats_flush(consumer, NULL, &tally);
+	}
+	return rows;
+}
+
+/*
+ * dedup_claim_routed(records regclass, route text, consumer text,
+ * message_id text) RETURNS boolean
+ *
+ * dedup_claim's answer for a claim kept in the colocated records table
+ * records, in the shard of route (a value of its route column, as text):
+ * true when this transaction has just recorded it, false when it was
+ * recorded before.  Never NULL.
+ */
+Datum
+dedup_claim_routed(PG_FUNCTION_ARGS)
+{
+	ColocatedTable *table = routed_begin(fcinfo, "dedup_claim_routed",
+										 "dedup_claim_routed()", true, true);
+	Datum		values[3];
+	uint64		rows;
+
+	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
+	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
+	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rows = routed_execute(table, ROUTED_CLAIM, values, PG_GETARG_TEXT_PP(2),
+						  1, true);
+	SPI_finish();
+	PG_RETURN_BOOL(rows > 0);
+}
+
+/* bytewise order of keys, as claim.c's batches are claimed */
+static int
+text_compare(const void *a, const void *b)
+{
+	text	   *ta = *(text *const *) a;
+	text	   *tb = *(text *const *) b;
+	int			la = VARSIZE_ANY_EXHDR(ta);
+	int			lb = VARSIZE_ANY_EXHDR(tb);
+	int			cmp = memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), Min(la, lb));
+
+	if (cmp != 0)
+		return cmp;
+	return la < lb ? -1 : (la > lb ? 1 : 0);
+}
+
+/*
+ * dedup_claim_routed_many(records regclass, route text, consumer text,
+ * message_ids text[]) RETURNS boolean[]
+ *
+ * dedup_claim_many for a batch of one routing key, in one routed
+ * statement: element i is true when message_ids[i] was claimed now, false
+ * when it is a duplicate, of an earlier claim or of an earlier element.
+ * The distinct keys are inserted in bytewise order, so that two batches
+ * with keys in common lock them in the same order.
+ */
+Datum
+dedup_claim_routed_many(PG_FUNCTION_ARGS)
+{
+	ColocatedTable *table;
+	ArrayType  *array;
+	Datum	   *elements;
+	bool	   *nulls;
+	int			nkeys;
+	int			ndistinct = 0;
+	text	  **sorted;
+	text	  **claimed;
+	Datum	   *results;
+	Datum		values[3];
+	uint64		rows;
+	int			lbound = 1;
+	instr_time	start;
+
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				errmsg("argument \"message_ids\" of dedup_claim_routed_many must not be null"));
+	array = PG_GETARG_ARRAYTYPE_P(3);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				errmsg("argument \"message_ids\" of dedup_claim_routed_many must be a one-dimensional array"));
+	nkeys = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+	if (nkeys > DEDUP_MAX_BATCH_KEYS)
+		ereport(ERROR,
+				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				errmsg("argument \"message_ids\" of dedup_claim_routed_many has too many elements"),
+				errdetail("It has %d elements; at most %d are accepted.",
+						  nkeys, DEDUP_MAX_BATCH_KEYS),
+				errhint("Claim a larger batch in several calls, in the same transaction."));
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elements, &nulls, &nkeys);
+	for (int i = 0; i < nkeys; i++)
+		dedup_check_key("dedup_claim_routed_many", "message_ids", i + 1,
+						elements[i], nulls[i], DEDUP_MAX_MESSAGE_ID_BYTES);
+	table = routed_begin(fcinfo, "dedup_claim_routed_many",
+						 "dedup_claim_routed_many()", false, true);
+	if (nkeys == 0)
+		PG_RETURN_ARRAYTYPE_P(construct_empty_array(BOOLOID));
+
+	sorted = palloc(nkeys * sizeof(text *));
+	for (int i = 0; i < nkeys; i++)
+		sorted[i] = DatumGetTextPP(elements[i]);
+	qsort(sorted, nkeys, sizeof(text *), text_compare);
+	for (int i = 0; i < nkeys; i++)
+		if (ndistinct == 0 || text_compare(&sorted[ndistinct - 1], &sorted[i]) != 0)
+			sorted[ndistinct++] = sorted[i];
+
+	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
+	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
+	{
+		Datum	   *keys = palloc(ndistinct * sizeof(Datum));
+
+		for (int i = 0; i < ndistinct; i++)
+			keys[i] = PointerGetDatum(sorted[i]);
+		values[2] = PointerGetDatum(construct_array(keys, ndistinct, TEXTOID,
+													-1, false, TYPALIGN_INT));
+	}
+	INSTR_TIME_SET_CURRENT(start);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rows = routed_execute(table, ROUTED_CLAIM_MANY, values,
+						  PG_GETARG_TEXT_PP(2), 0, false);
+	/* the claimed keys, sorted, in this function's memory */
+	claimed = palloc((rows + 1) * sizeof(text *));
+	for (uint64 i = 0; i < rows; i++)
+	{
+		bool		isnull;
+		Datum		id = SPI_getbinval(SPI_tuptable->vals[i],
+									   SPI_tuptable->tupdesc, 1, &isnull);
+
+		claimed[i] = (text *) SPI_datumTransfer(id, false, -1);
+	}
+	SPI_finish();
+	qsort(claimed, rows, sizeof(text *), text_compare);
+
+	/* the first element of each claimed key is true; counted per element */
+	{
+		DedupClaimTally tally = {0};
+		bool	   *taken = palloc0((rows + 1) * sizeof(bool));
+
+		results = palloc(nkeys * sizeof(Datum));
+		for (int i = 0; i < nkeys; i++)
+		{
+			text	   *key = DatumGetTextPP(elements[i]);
+			text	  **hit = bsearch(&key, claimed, rows, sizeof(text *),
+									  text_compare);
+			bool		now = hit != NULL && !taken[hit - claimed];
+
+			if (now)
+				taken[hit - claimed] = true;
+			results[i] = BoolGetDatum(now);
+			dedup_stats_tally(&tally, now ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+							  false, &start);
+		}
+		dedup_stats_flush(PG_GETARG_TEXT_PP(2), NULL, &tally);
+	}
+	if (ARR_NDIM(array) == 1)
+		lbound = ARR_LBOUND(array)[0];
+	PG_RETURN_ARRAYTYPE_P(construct_md_array(results, NULL, 1, &nkeys, &lbound,
+											 BOOLOID, 1, true, TYPALIGN_CHAR));
+}
+
+/*
+ * dedup_seen_routed(records regclass, route text, consumer text,
+ * message_id text) RETURNS boolean
+ *
+ * dedup_seen for colocated records: is the claim recorded (and visible to
+ * this transaction)?  Only reads.
+ */
+Datum
+dedup_seen_routed(PG_FUNCTION_ARGS)
+{
+	ColocatedTable *table = routed_begin(fcinfo, "dedup_seen_routed",
+										 "dedup_seen_routed()", true, false);
+	Datum		values[3];
+	uint64		rows;
+
+	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
+	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
+	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rows = routed_execute(table, ROUTED_SEEN, values, NULL, 0, false);
+	SPI_finish();
+	PG_RETURN_BOOL(rows > 0);
+}
+
+/*
+ * dedup_create_colocated_records(records_table text, colocate_with
+ * regclass) RETURNS regclass
+ *
+ * Create records_table (a name, qualified or not: then in the current
+ * creation schema) as the caller, distribute it by its route column,
+ * colocated with colocate_with (a hash-distributed table the caller owns),
+ * and register it.  The route column has the type of colocate_with's
+ * distribution column.
+ */
+Datum
+dedup_create_colocated_records(PG_FUNCTION_ARGS)
+{
+	const char *call = "dedup_create_colocated_records()";
+	Oid			colocate_with;
+	RangeVar   *rv;
+	Oid			namespace;
+	Oid			records;
+	Oid			route_type = InvalidOid;
+	int32		route_typmod = -1;
+	bool		hashed = false;
+	char	   *name;
+	StringInfoData sql;
+	Oid			argtypes[2] = {REGCLASSOID, TEXTOID};
+	Datum		values[2];
+	int			rc;
+	const DedupRelations *rels;
+	Relation	registry;
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	dedup_check_key("dedup_create_colocated_records", "records_table", 0,
+					PG_GETARG_DATUM(0), PG_ARGISNULL(0), NAMEDATALEN * 2 + 4);
+	dedup_check_not_null("dedup_create_colocated_records", "colocate_with", 0,
+						 PG_ARGISNULL(1));
+	colocate_with = PG_GETARG_OID(1);
+	PreventCommandDuringRecovery(call);
+	PreventCommandIfReadOnly(call);
+	colocated_check_node(call);
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(colocate_with)))
+		ereport(ERROR,
+				errcode(ERRCODE_UNDEFINED_TABLE),
+				errmsg("relation with OID %u does not exist", colocate_with));
+	if (!dedup_class_ownercheck(colocate_with, GetUserId()))
+		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE,
+					   get_rel_name(colocate_with));
+
+	rv = makeRangeVarFromNameList(textToQualifiedNameList(PG_GETARG_TEXT_PP(0)));
+	namespace = RangeVarGetCreationNamespace(rv);
+	name = quote_qualified_identifier(get_namespace_name(namespace), rv->relname);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	/* colocate_with: hash-distributed, and its distribution column's type */
+	values[0] = ObjectIdGetDatum(colocate_with);
+	rc = SPI_execute_with_args(
+							   "SELECT p.partmethod OPERATOR(pg_catalog.=) 'h'::pg_catalog.\"char\", a.atttypid, a.atttypmod "
+							   "FROM pg_catalog.pg_dist_partition p "
+							   "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) p.logicalrelid "
+							   "AND a.attname OPERATOR(pg_catalog.=) pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)::pg_catalog.name "
+							   "WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1",
+							   1, argtypes, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading pg_dist_partition failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		HeapTuple	row = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		hashed = DatumGetBool(SPI_getbinval(row, desc, 1, &isnull)) && !isnull;
+		route_type = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+		if (isnull)
+			hashed = false;
+		else
+			route_typmod = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+	}
+	if (!hashed)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("table \"%s\" is not a hash-distributed table",
+					   get_rel_name(colocate_with)),
+				errdetail("Colocated records are distributed by the business table's distribution column; a reference, local or append-distributed table has none."),
+				errhint("Distribute it with create_distributed_table('%s', 'its_key') first.",
+						get_rel_name(colocate_with)));
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "CREATE TABLE %s (route %s NOT NULL, consumer pg_catalog.text NOT NULL, "
+					 "message_id pg_catalog.text NOT NULL, "
+					 "processed_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(), "
+					 "PRIMARY KEY (route, consumer, message_id))",
+					 name,
+					 format_type_extended(route_type, route_typmod,
+										  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
+	rc = SPI_execute(sql.data, false, 0);
+	if (rc != SPI_OK_UTILITY)
+		elog(ERROR, "CREATE TABLE failed: %s", SPI_result_code_string(rc));
+	records = RangeVarGetRelid(rv, NoLock, false);
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE INDEX ON %s (consumer, processed_at)", name);
+	rc = SPI_execute(sql.data, false, 0);
+	if (rc != SPI_OK_UTILITY)
+		elog(ERROR, "CREATE INDEX failed: %s", SPI_result_code_string(rc));
+
+	values[0] = ObjectIdGetDatum(records);
+	values[1] = CStringGetTextDatum(quote_qualified_identifier(get_namespace_name(get_rel_namespace(colocate_with)),
+															   get_rel_name(colocate_with)));
+	rc = SPI_execute_with_args("SELECT pg_catalog.create_distributed_table($1, 'route'::pg_catalog.text, colocate_with => $2)",
+							   2, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "create_distributed_table failed: %s", SPI_result_code_string(rc));
+
+	/* registered as the registry's owner: the caller needs no privilege on it */
+	registry = registry_open(&rels);
+	owner = registry->rd_rel->relowner;
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s (records) VALUES ($1)",
+					 quote_qualified_identifier(get_namespace_name(rels->schema),
+												RelationGetRelationName(registry)));
+	table_close(registry, AccessShareLock);
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_with_args(sql.data, 1, argtypes, values, NULL, false, 0);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "registering failed: %s", SPI_result_code_string(rc));
+	SPI_finish();
+	PG_RETURN_OID(records);
+}
+
+/*
+ * Delete the expired rows of the records table records, with the windows
+ * of dedup_retention (the retention rule of sweep.c, each consumer's
+ * latest claim read from the whole distributed table), as the current
+ * user; return how many.  One distributed DELETE per consumer with expired
+ * rows, which Citus runs on every shard at once: it cannot be bounded (no
+ * LIMIT on a distributed table).  The caller holds a snapshot.
+ */
+uint64
+dedup_colocated_sweep_table(const DedupRelations *rels, Oid records)
+{
+	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(records)),
+												  get_rel_name(records));
+	StringInfoData sql;
+	Oid			argtypes[2] = {TEXTOID, TIMESTAMPTZOID};
+	SPITupleTable *consumers;
+	uint64		nconsumers;
+	uint64		total = 0;
+	int			rc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "SELECT r.consumer, pg_catalog.max(r.processed_at) FROM %s r GROUP BY r.consumer",
+					 name);
+	rc = SPI_execute(sql.data, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "listing the consumers of \"%s\" failed: %s", name,
+			 SPI_result_code_string(rc));
+	consumers = SPI_tuptable;
+	nconsumers = SPI_processed;
+	resetStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "DELETE FROM %s r WHERE r.consumer OPERATOR(pg_catalog.=) $1 "
+					 "AND r.processed_at OPERATOR(pg_catalog.<) $2", name);
+	for (uint64 i = 0; i < nconsumers; i++)
+	{
+		bool		isnull;
+		Datum		values[2];
+		TimestampTz cutoff;
+		text	   *consumer;
+
+		CHECK_FOR_INTERRUPTS();
+		values[0] = SPI_getbinval(consumers->vals[i], consumers->tupdesc, 1, &isnull);
+		if (isnull)
+			continue;
+		consumer = DatumGetTextPP(values[0]);
+		values[1] = SPI_getbinval(consumers->vals[i], consumers->tupdesc, 2, &isnull);
+		if (isnull ||
+			!dedup_consumer_cutoff(rels, consumer, DatumGetTimestampTz(values[1]),
+								   &cutoff))
+			continue;
+		values[1] = TimestampTzGetDatum(cutoff);
+		rc = SPI_execute_with_args(sql.data, 2, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_DELETE)
+			elog(ERROR, "sweeping \"%s\" failed: %s", name, SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+			dedup_audit_sweep(consumer, cutoff, SPI_processed);
+		total += SPI_processed;
+	}
+	SPI_finish();
+	return total;
+}
+
+/*
+ * dedup_sweep_colocated(records regclass DEFAULT NULL) RETURNS bigint
+ *
+ * Delete the expired rows of every registered records table (or of
+ * records) now, as the caller, in the caller's transaction; return how
+ * many.  The coordinator's sweeper does the same on its own.
+ */
+Datum
+dedup_sweep_colocated(PG_FUNCTION_ARGS)
+{
+	const DedupRelations *rels;
+	Relation	registry;
+	List	   *tables;
+	ListCell   *lc;
+	int64		total = 0;
+
+	PreventCommandDuringRecovery("dedup_sweep_colocated()");
+	PreventCommandIfReadOnly("dedup_sweep_colocated()");
+	colocated_check_node("dedup_sweep_colocated()");
+	registry = registry_open(&rels);
+	if (!PG_ARGISNULL(0) && !registry_has(registry, PG_GETARG_OID(0)))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("table \"%s\" is not a colocated records table of dedup",
+					   get_rel_name(PG_GETARG_OID(0)) ? get_rel_name(PG_GETARG_OID(0)) : "?"));
+	table_close(registry, AccessShareLock);
+	tables = PG_ARGISNULL(0) ? dedup_colocated_tables(rels) :
+		list_make1_oid(PG_GETARG_OID(0));
+	foreach(lc, tables)
+		total += dedup_colocated_sweep_table(rels, lfirst_oid(lc));
+	PG_RETURN_INT64(total);
+}
+
+/*
+ * dedup_colocated_storage() RETURNS TABLE (records regclass, consumer
+ * text, records_count bigint, oldest_record_at timestamptz,
+ * latest_record_at timestamptz, expires_before timestamptz, table_bytes
+ * bigint)
+ *
+ * What each registered records table holds for each consumer, counted
+ * over all its shards, with the cutoff the sweep applies (NULL: nothing of
+ * it expires) and the table's size on all nodes (citus_total_relation_size).
+ * Counted as each table's owner, in a security-restricted operation, so a
+ * monitoring role (pg_monitor) needs no privilege on the tables; only
+ * names, counts and times are shown.
+ */
+Datum
+dedup_colocated_storage(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	const DedupRelations *rels;
+	Relation	registry;
+	List	   *tables;
+	ListCell   *lc;
+
+	InitMaterializedSRF(fcinfo, 0);
+	colocated_check_node("dedup_colocated_storage()");
+	registry = registry_open(&rels);
+	table_close(registry, AccessShareLock);
+	tables = dedup_colocated_tables(rels);
+	foreach(lc, tables)
+	{
+		Oid			records = lfirst_oid(lc);
+		char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(records)),
+													  get_rel_name(records));
+		Oid			argtypes[1] = {REGCLASSOID};
+		Datum		args[1] = {ObjectIdGetDatum(records)};
+		Oid			save_userid;
+		int			save_sec_context;
+		Datum		bytes;
+		bool		bytes_null;
+		StringInfoData sql;
+		int			rc;
+
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(table_owner(records), save_sec_context |
+							   SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		rc = SPI_execute_with_args("SELECT pg_catalog.citus_total_relation_size($1)",
+								   1, argtypes, args, NULL, true, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "citus_total_relation_size failed: %s", SPI_result_code_string(rc));
+		bytes = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+							  &bytes_null);
+		initStringInfo(&sql);
+		appendStringInfo(&sql,
+						 "SELECT r.consumer, pg_catalog.count(*), pg_catalog.min(r.processed_at), "
+						 "pg_catalog.max(r.processed_at) FROM %s r GROUP BY r.consumer ORDER BY r.consumer",
+						 name);
+		rc = SPI_execute(sql.data, true, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "counting \"%s\" failed: %s", name, SPI_result_code_string(rc));
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	row = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			Datum		values[7];
+			bool		nulls[7] = {0};
+			bool		isnull;
+			TimestampTz cutoff;
+			MemoryContext old;
+
+			values[0] = ObjectIdGetDatum(records);
+			for (int c = 0; c < 4; c++)
+				values[c + 1] = SPI_getbinval(row, desc, c + 1, &nulls[c + 1]);
+			nulls[5] = nulls[1] || nulls[4] ||
+				!dedup_consumer_cutoff(rels, DatumGetTextPP(values[1]),
+									   DatumGetTimestampTz(values[4]), &cutoff);
+			values[5] = nulls[5] ? (Datum) 0 : TimestampTzGetDatum(cutoff);
+			values[6] = bytes;
+			nulls[6] = bytes_null;
+			(void) isnull;
+			old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			MemoryContextSwitchTo(old);
+		}
+		SPI_finish();
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+	}
+	return (Datum) 0;
+}
