@@ -717,10 +717,16 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 	Oid			save_userid;
 	int			save_sec_context;
 
-	dedup_check_key("dedup_create_colocated_records", "records_table", 0,
-					PG_GETARG_DATUM(0), PG_ARGISNULL(0), NAMEDATALEN * 2 + 4);
-	dedup_check_not_null("dedup_create_colocated_records", "colocate_with", 0,
-						 PG_ARGISNULL(1));
+	for (int i = 0; i < 2; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					errmsg("argument \"%s\" of dedup_create_colocated_records must not be null",
+						   i == 0 ? "records_table" : "colocate_with"));
+	if (VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(0)) == 0)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("argument \"records_table\" of dedup_create_colocated_records must not be empty"));
 	colocate_with = PG_GETARG_OID(1);
 	PreventCommandDuringRecovery(call);
 	PreventCommandIfReadOnly(call);

@@ -2,11 +2,9 @@
 # 060_citus.pl: dedup on a Citus cluster is right or refuses, never silently
 # wrong (the cases of dedup issue 15, each reproduced against 1.1).
 #
-# A coordinator and two workers, each with shared_preload_libraries =
-# 'citus,dedup', joined over their Unix sockets; the business table loyalty
-# is distributed by customer_id.  Skipped, saying so, where the citus
-# extension is not installed (Citus is not packaged by Debian; CI has none,
-# and DEDUP_REQUIRE_TOOLS does not ask for it).  What is checked:
+# The cluster of test/perl/DedupCitus.pm (a coordinator and two workers;
+# skipped, saying so, where the citus extension is not installed); the
+# business table loyalty is distributed by customer_id.  What is checked:
 #
 #  1. the supported layout: processed_messages local on the coordinator, the
 #     claim there in the transaction that updates the distributed table.
@@ -29,36 +27,13 @@ use warnings;
 
 use FindBin;
 use lib "$FindBin::Bin/../perl";
+use DedupCitus;
 use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $sharedir = `pg_config --sharedir`;
-chomp $sharedir;
-plan(skip_all =>
-	  "the citus extension is not installed ($sharedir/extension/citus.control is missing): Citus is built by hand, see README.md, section Citus")
-  unless -e "$sharedir/extension/citus.control";
+my ($coordinator, @workers) = DedupCitus::cluster();
 
-my %conf = (
-	shared_preload_libraries => 'citus,dedup',
-	max_connections => 100,
-	max_prepared_transactions => 100,
-	'citus.shard_count' => 4,
-	'dedup.sweep_enabled' => 'off');
-my $coordinator =
-  DedupNode->create('coordinator', preload => 0, conf => \%conf);
-my @workers =
-  map { DedupNode->create("worker$_", preload => 0, conf => \%conf) } (1, 2);
-
-$_->safe_psql('postgres', 'CREATE EXTENSION citus')
-  for ($coordinator, @workers);
-$coordinator->safe_psql('postgres',
-	    "SELECT citus_set_coordinator_host('"
-	  . $coordinator->host . "', "
-	  . $coordinator->port . ')');
-$coordinator->safe_psql('postgres',
-	"SELECT citus_add_node('" . $_->host . "', " . $_->port . ')')
-  for @workers;
 # propagated to the workers
 $coordinator->safe_psql('postgres', 'CREATE EXTENSION dedup');
 is($workers[0]->safe_psql('postgres',

@@ -1,0 +1,334 @@
+#
+# 061_citus_colocated.pl: claims kept in a distributed table colocated with
+# the business rows (dedup issue 15, items 2 and 3), on the cluster of
+# test/perl/DedupCitus.pm (skipped, saying so, where the citus extension is
+# not installed).  The business table loyalty is distributed by customer_id
+# (bigint); the records table loyalty_claims is created by
+# dedup_create_colocated_records(), colocated with it.  What is checked:
+#
+#  1. creation: the table's shape and colocation, and what is refused
+#     (a worker, a table that is not hash-distributed, someone else's
+#     business table, PUBLIC, hostile names taken as names);
+#  2. claim and update commit on one worker in one transaction with
+#     one-phase commit (Citus's remote commands: COMMIT, no PREPARE); a
+#     duplicate is false; a rollback keeps neither; a batch answers as
+#     dedup_claim_many does on one node; dedup_seen_routed;
+#  3. two sessions claiming one id: the second waits for the first, and
+#     exactly one gets true;
+#  4. after citus_move_shard_placement of the shard holding a claimed id,
+#     and after a rebalance: still a duplicate, and claims keep working;
+#  5. counters: dedup_stats counts the routed claims and duplicates;
+#  6. retention: the coordinator's sweeper deletes the expired rows on
+#     every shard with dedup_retention's windows and counts them in
+#     dedup_sweeper; unexpired rows are kept; dedup_colocated_storage;
+#  7. security: an application role, a role without privileges on the
+#     table, a connect-only role, a monitoring role, the claimant mapping,
+#     and a table that is not registered;
+#  8. refused on a worker; DROP EXTENSION leaves the records table and
+#     takes its registration.
+#
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use DedupCitus;
+use DedupNode;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my ($coordinator, @workers) = DedupCitus::cluster(
+	coordinator => {
+		sweeps => 'on request',
+		conf => { 'dedup.sweep_enabled' => 'on' }
+	});
+
+$coordinator->safe_psql('postgres', q{
+CREATE EXTENSION dedup;
+CREATE TABLE loyalty (customer_id bigint PRIMARY KEY, points int NOT NULL);
+SELECT create_distributed_table('loyalty', 'customer_id');
+INSERT INTO loyalty SELECT i, 0 FROM generate_series(1, 20) i;
+CREATE TABLE ref (k int PRIMARY KEY);
+SELECT create_reference_table('ref');
+});
+
+sub query { return $coordinator->safe_psql('postgres', shift) }
+
+###############################################################################
+note('1. creation');
+
+is(query(q{SELECT dedup_create_colocated_records('loyalty_claims', 'loyalty')}),
+	'loyalty_claims', 'created and registered');
+is(query(q{
+SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+  FROM pg_attribute WHERE attrelid = 'loyalty_claims'::regclass AND attnum > 0}),
+	'route bigint, consumer text, message_id text, processed_at timestamp with time zone',
+	'route has the type of the distribution column');
+is(query(q{
+SELECT count(DISTINCT colocationid) FROM pg_dist_partition
+ WHERE logicalrelid IN ('loyalty'::regclass, 'loyalty_claims'::regclass)}),
+	'1', 'colocated with the business table');
+is(query(q{SELECT records FROM dedup_colocated_tables}), 'loyalty_claims',
+	'in the registry');
+
+$coordinator->psql_fails_like('postgres',
+	q{SELECT dedup_create_colocated_records('ref_claims', 'ref')},
+	qr/ERROR:  22023: table "ref" is not a hash-distributed table/,
+	'a reference table is refused');
+$coordinator->psql_fails_like('postgres',
+	q{SELECT dedup_create_colocated_records('x', 'no_such_table')},
+	qr/ERROR:  42P01/, 'a missing table is refused');
+
+# hostile names are names: quotes and dots in a schema and a table name
+query(q{CREATE SCHEMA "we""ird.s"});
+is(query(q{SELECT dedup_create_colocated_records('"we""ird.s"."odd ""claims"".x"', 'loyalty')}),
+	q{"we""ird.s"."odd ""claims"".x"}, 'a quoted, dotted name is created as such');
+is(query(q{SELECT dedup_claim_routed('"we""ird.s"."odd ""claims"".x"', '3', 'svc', 'm-1')}),
+	't', 'and claimed into');
+$coordinator->psql_fails_like('postgres',
+	q{SELECT dedup_create_colocated_records('a; DROP TABLE loyalty; --', 'loyalty')},
+	qr/ERROR:  42601|ERROR:  .*syntax|invalid name syntax/,
+	'a name that is not one is refused');
+is(query(q{SELECT count(*) FROM loyalty}), '20', 'loyalty is still there');
+
+###############################################################################
+note('2. claim and update: one worker, one-phase commit');
+
+sub consume
+{
+	my ($customer, $message, $end) = @_;
+	$end //= 'COMMIT';
+	return $coordinator->psql(
+		'postgres', qq{
+SET citus.log_remote_commands = on;
+SET client_min_messages = log;
+BEGIN;
+SELECT dedup_claim_routed('loyalty_claims', '$customer', 'loyalty-service', '$message');
+UPDATE loyalty SET points = points + 1 WHERE customer_id = $customer;
+$end;
+});
+}
+
+my ($ret, $out, $err) = consume(1, 'evt-1');
+is($ret . $out, '0t', 'claim and update commit; the claim says first time');
+like($err, qr/issuing COMMIT\b(?! PREPARED)/, 'Citus commits the worker with one-phase commit');
+unlike($err, qr/PREPARE TRANSACTION/, 'no two-phase commit');
+my @servers = $err =~ /on server (\S+)/g;
+my %servers = map { $_ => 1 } @servers;
+is(scalar(keys %servers), 1, 'one worker, one connection: ' . join(', ', keys %servers));
+
+($ret, $out, $err) = consume(1, 'evt-1');
+is($out, 'f', 'the redelivery is a duplicate');
+is(query(q{SELECT points FROM loyalty WHERE customer_id = 1}), '2',
+	'(the test applies both: the consumer skips the work on false)');
+
+($ret, $out, $err) = consume(2, 'evt-rb', 'ROLLBACK');
+is($out, 't', 'claimed in a transaction that rolls back');
+is(query(q{SELECT dedup_seen_routed('loyalty_claims', '2', 'loyalty-service', 'evt-rb')}),
+	'f', 'the rollback keeps no claim');
+is(query(q{SELECT points FROM loyalty WHERE customer_id = 2}), '0',
+	'and no update');
+is(query(q{SELECT dedup_seen_routed('loyalty_claims', '1', 'loyalty-service', 'evt-1')}),
+	't', 'dedup_seen_routed sees a recorded claim');
+
+# a batch answers as dedup_claim_many does on one node
+my $batch = q{ARRAY['b-2', 'b-1', 'b-2', 'b-3', 'b-1']};
+query(qq{SELECT dedup_claim_routed('loyalty_claims', '4', 'batch', 'b-3')});
+query(qq{SELECT dedup_claim('batch', 'b-3')});
+my $local = query(qq{SELECT dedup_claim_many('batch', $batch)});
+($ret, $out, $err) = $coordinator->psql(
+	'postgres', qq{
+SET citus.log_remote_commands = on;
+SET client_min_messages = log;
+SELECT dedup_claim_routed_many('loyalty_claims', '4', 'batch', $batch);
+});
+is($out, $local, "a batch: $out, as dedup_claim_many: $local");
+is(scalar(() = $err =~ /issuing INSERT/g), 1, 'one routed statement for the batch');
+is(query(qq{SELECT dedup_claim_routed_many('loyalty_claims', '4', 'batch', $batch)}),
+	'{f,f,f,f,f}', 'all duplicates the second time');
+is(query(q{SELECT dedup_claim_routed_many('loyalty_claims', '4', 'batch', '{}')}),
+	'{}', 'an empty batch');
+
+###############################################################################
+note('3. two sessions, one id');
+
+my $s1 = $coordinator->background_psql('postgres');
+my $s2 = $coordinator->background_psql('postgres');
+$s1->query_safe('BEGIN');
+is($s1->query_safe(q{SELECT dedup_claim_routed('loyalty_claims', '5', 'race', 'r-1')}),
+	't', 'the first session claims');
+$s2->query_until(qr/started/, q{
+\echo started
+BEGIN;
+SELECT dedup_claim_routed('loyalty_claims', '5', 'race', 'r-1');
+});
+ok( $coordinator->poll_query_until('postgres', q{
+SELECT sum(result::int) > 0 FROM run_command_on_workers(
+  $$SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'$$)}),
+	'the second waits for it, on the worker');
+$s1->query_safe('COMMIT');
+my $second = $s2->query_safe('COMMIT');
+like($second, qr/^f$/m, 'and then gets false: exactly one true');
+$s1->quit;
+$s2->quit;
+
+###############################################################################
+note('4. shard moves and rebalances');
+
+my ($shard, $host, $port) = split /\|/, query(q{
+SELECT s.shardid, p.nodename, p.nodeport
+  FROM pg_dist_shard s JOIN pg_dist_placement pl USING (shardid)
+  JOIN pg_dist_node p USING (groupid)
+ WHERE s.shardid = get_shard_id_for_distribution_column('loyalty_claims', 1)});
+my ($to) = grep { $_->port != $port } @workers;
+query(qq{SELECT citus_move_shard_placement($shard, '$host', $port, '}
+	  . $to->host . q{', } . $to->port . q{, shard_transfer_mode => 'block_writes')});
+is(query(qq{SELECT nodeport FROM pg_dist_placement JOIN pg_dist_node USING (groupid) WHERE shardid = $shard}),
+	$to->port, 'the shard holding evt-1 moved to the other worker');
+($ret, $out, $err) = consume(1, 'evt-1');
+is($out, 'f', 'after the move: still a duplicate');
+($ret, $out, $err) = consume(1, 'evt-2');
+is($out, 't', 'new claims work');
+unlike($err, qr/PREPARE TRANSACTION/, 'in one-phase commit');
+is(query(q{SELECT points FROM loyalty WHERE customer_id = 1}), '4',
+	'the business row moved with it');
+
+query(q{SELECT rebalance_table_shards(shard_transfer_mode => 'block_writes')});
+note('placements after the rebalance: '
+	  . query(q{SELECT string_agg(shardid || '@' || nodeport, ' ' ORDER BY shardid) FROM pg_dist_placement JOIN pg_dist_node USING (groupid) JOIN pg_dist_shard USING (shardid) WHERE logicalrelid = 'loyalty_claims'::regclass}));
+is(query(q{
+SELECT string_agg(dedup_claim_routed('loyalty_claims', c::text, 'loyalty-service', 'evt-1')::text, '' ORDER BY c)
+  FROM generate_series(1, 3) c}),
+	'falsetruetrue', 'after the rebalance: customer 1 still a duplicate, others claim');
+is(query(q{SELECT dedup_claim_routed_many('loyalty_claims', '4', 'batch', ARRAY['b-1', 'b-9'])}),
+	'{f,t}', 'batches too');
+
+###############################################################################
+note('5. counters');
+
+is(query(q{SELECT claims || '/' || duplicates FROM dedup_stats WHERE consumer = 'race'}),
+	'1/1', 'dedup_stats counts routed claims (true) and duplicates on the coordinator');
+is(query(q{SELECT claims || '/' || duplicates FROM dedup_stats WHERE consumer = 'loyalty-service'}),
+	'5/3', 'for every routed claim');
+
+###############################################################################
+note('6. retention across nodes');
+
+# 20 expired rows (one per customer, so on every shard) and a fresh one for
+# old-svc (the window counts back from it: 1 hour, dedup.retention); the
+# same for keep-svc, whose own window is 30 days
+query(q{
+SELECT dedup_set_retention('keep-svc', '30 days');
+INSERT INTO loyalty_claims (route, consumer, message_id, processed_at)
+SELECT i, c, 'old-' || i, now() - interval '2 hours'
+  FROM generate_series(1, 20) i, (VALUES ('old-svc'), ('keep-svc')) v(c);
+INSERT INTO loyalty_claims (route, consumer, message_id) VALUES (7, 'old-svc', 'fresh'), (7, 'keep-svc', 'fresh');
+});
+is(query(q{SELECT count(*) FROM run_command_on_shards('loyalty_claims',
+	$$SELECT count(*) FROM %s WHERE consumer = 'old-svc' AND message_id LIKE 'old-%%'$$) WHERE result::int > 0}),
+	'4', 'expired rows on every shard');
+is(query(q{SELECT expires_before IS NOT NULL FROM dedup_colocated_storage() WHERE consumer = 'old-svc'}),
+	't', 'dedup_colocated_storage shows the cutoff');
+is($coordinator->sweep('postgres'), 'done', 'the coordinator\'s sweeper sweeps');
+is(query(q{SELECT last_sweep_rows FROM dedup_sweeper}), '20',
+	'and counts the colocated rows it deleted');
+is(query(q{SELECT consumer || '=' || records_count FROM dedup_colocated_storage() WHERE records = 'loyalty_claims'::regclass AND consumer IN ('old-svc', 'keep-svc') ORDER BY consumer}),
+	"keep-svc=21\nold-svc=1", 'expired rows gone from every shard, the fresh one and the longer window kept');
+is(query(q{SELECT sum(result::int) FROM run_command_on_shards('loyalty_claims',
+	$$SELECT count(*) FROM %s WHERE consumer = 'old-svc'$$)}),
+	'1', 'on the workers\' shards too');
+is(query(q{SELECT dedup_sweep_colocated()}), '0', 'nothing left for dedup_sweep_colocated');
+is(query(q{SELECT table_bytes > 0 FROM dedup_colocated_storage() LIMIT 1}), 't',
+	'table sizes on all nodes');
+
+###############################################################################
+note('7. security');
+
+query(q{
+CREATE ROLE app LOGIN;
+CREATE ROLE noprivs LOGIN;
+CREATE ROLE connectonly LOGIN;
+CREATE ROLE monitor LOGIN IN ROLE pg_monitor;
+GRANT EXECUTE ON FUNCTION dedup_claim_routed(regclass, text, text, text),
+	dedup_claim_routed_many(regclass, text, text, text[]),
+	dedup_seen_routed(regclass, text, text, text),
+	dedup_create_colocated_records(text, regclass) TO app, noprivs;
+GRANT SELECT, INSERT ON loyalty_claims TO app;
+GRANT SELECT, UPDATE ON loyalty TO app;
+SELECT dedup_allow_claimant('mapped-svc', 'monitor');
+});
+sub as
+{
+	my ($role, $sql) = @_;
+	return $coordinator->psql('postgres', "SET ROLE $role; $sql");
+}
+($ret, $out, $err) = as('app', q{
+BEGIN;
+SELECT dedup_claim_routed('loyalty_claims', '9', 'app-svc', 'a-1');
+UPDATE loyalty SET points = points + 1 WHERE customer_id = 9;
+COMMIT;});
+is($ret . $out, '0t', 'an application role with INSERT and SELECT claims (as itself, on the worker too)');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE app; SELECT dedup_claim_routed('loyalty', '9', 'app-svc', 'a-1')},
+	qr/ERROR:  22023: table "loyalty" is not a colocated records table of dedup/,
+	'a table that is not registered is refused, privileges or not');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE noprivs; SELECT dedup_claim_routed('loyalty_claims', '9', 'app-svc', 'a-2')},
+	qr/ERROR:  42501: permission denied for table loyalty_claims/,
+	'EXECUTE without INSERT on the table: refused by the table\'s privileges');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE noprivs; SELECT dedup_create_colocated_records('mine', 'loyalty')},
+	qr/ERROR:  42501: must be owner of table loyalty/,
+	'colocating with someone else\'s table is refused');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE connectonly; SELECT dedup_claim_routed('loyalty_claims', '9', 'app-svc', 'a-3')},
+	qr/ERROR:  42501: permission denied for function dedup_claim_routed/,
+	'a connect-only role may not claim');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE connectonly; SELECT dedup_create_colocated_records('mine', 'loyalty')},
+	qr/ERROR:  42501: permission denied for function dedup_create_colocated_records/,
+	'nor create');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE app; SELECT dedup_claim_routed('loyalty_claims', '9', 'mapped-svc', 'a-4')},
+	qr/ERROR:  42501: role "app" may not use dedup_claim_routed\(\) for consumer "mapped-svc"/,
+	'the claimant mapping applies');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE app; SELECT * FROM dedup_colocated_storage()},
+	qr/ERROR:  42501: permission denied for function dedup_colocated_storage/,
+	'the storage figures are for monitoring roles');
+($ret, $out, $err) = as('monitor',
+	q{SELECT count(*) > 0 FROM dedup_colocated_storage(); SELECT count(*) FROM dedup_colocated_tables});
+is($ret . $out, "0t\n2", 'a monitoring role reads them and the registry');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE monitor; SELECT dedup_claim_routed('loyalty_claims', '9', 'mapped-svc', 'a-5')},
+	qr/ERROR:  42501: permission denied for function dedup_claim_routed/,
+	'but may not claim');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE app; INSERT INTO dedup_colocated_tables VALUES ('loyalty')},
+	qr/ERROR:  42501: permission denied for table dedup_colocated_tables/,
+	'nobody but superusers registers a table by hand');
+
+###############################################################################
+note('8. on a worker; DROP EXTENSION');
+
+for my $call (
+	q{SELECT dedup_claim_routed('loyalty_claims', '1', 'svc', 'w-1')},
+	q{SELECT dedup_claim_routed_many('loyalty_claims', '1', 'svc', ARRAY['w-1'])},
+	q{SELECT dedup_create_colocated_records('w_claims', 'loyalty')},
+	q{SELECT dedup_sweep_colocated()})
+{
+	$workers[0]->psql_fails_like('postgres', $call,
+		qr/ERROR:  0A000: .* must be called on the Citus coordinator/,
+		"worker: $call");
+}
+
+query(q{DROP EXTENSION dedup});
+is(query(q{SELECT count(*) > 0 FROM loyalty_claims}), 't',
+	'DROP EXTENSION leaves the records table and its rows');
+query(q{CREATE EXTENSION dedup});
+$coordinator->psql_fails_like('postgres',
+	q{SELECT dedup_claim_routed('loyalty_claims', '1', 'svc', 'x')},
+	qr/ERROR:  22023: table "loyalty_claims" is not a colocated records table of dedup/,
+	'and its registration went with the extension');
+
+done_testing();
