@@ -110,7 +110,13 @@ typedef struct ColocatedTable
 
 static HTAB *colocated_cache = NULL;
 
-/* any change of a records table, or of the registry, forgets the table */
+/* the registry whose rows the cache holds (its relcache entry is watched) */
+static Oid	registry_relid = InvalidOid;
+
+/*
+ * A change of a records table forgets it; a change of the registry (DROP
+ * EXTENSION, say), or a reset of every relcache entry, forgets them all.
+ */
 static void
 colocated_invalidate(Datum arg, Oid relid)
 {
@@ -121,8 +127,9 @@ colocated_invalidate(Datum arg, Oid relid)
 		return;
 	hash_seq_init(&status, colocated_cache);
 	while ((table = hash_seq_search(&status)) != NULL)
-		table->valid = false;
-	(void) relid;
+		if (relid == InvalidOid || relid == registry_relid ||
+			relid == table->relid)
+			table->valid = false;
 }
 
 /* the owner of the table relid */
@@ -303,6 +310,8 @@ colocated_table(Oid relid, const char *function)
 		Relation	registry = registry_open(&rels);
 		bool		registered = registry_has(registry, relid);
 		Relation	rel;
+
+		registry_relid = RelationGetRelid(registry);
 
 		table_close(registry, AccessShareLock);
 		if (!registered)
