@@ -7,8 +7,8 @@
 # dedup_create_colocated_records(), colocated with it.  What is checked:
 #
 #  1. creation: the table's shape and colocation, and what is refused
-#     (a worker, a table that is not hash-distributed, someone else's
-#     business table, PUBLIC, hostile names taken as names);
+#     (a table that is not hash-distributed, a missing one, hostile names
+#     taken as names); a registered table altered is refused;
 #  2. claim and update commit on one worker in one transaction with
 #     one-phase commit (Citus's remote commands: COMMIT, no PREPARE); a
 #     duplicate is false; a rollback keeps neither; a batch answers as
@@ -85,6 +85,15 @@ is(query(q{SELECT dedup_create_colocated_records('"we""ird.s"."odd ""claims"".x"
 	q{"we""ird.s"."odd ""claims"".x"}, 'a quoted, dotted name is created as such');
 is(query(q{SELECT dedup_claim_routed('"we""ird.s"."odd ""claims"".x"', '3', 'svc', 'm-1')}),
 	't', 'and claimed into');
+# a registered table altered behind dedup's back: refused, not guessed at
+query(q{ALTER TABLE "we""ird.s"."odd ""claims"".x" RENAME COLUMN consumer TO consumer_name});
+$coordinator->psql_fails_like('postgres',
+	q{SELECT dedup_claim_routed('"we""ird.s"."odd ""claims"".x"', '3', 'svc', 'm-2')},
+	qr/ERROR:  42809: table "odd "claims".x" is not usable as colocated records/,
+	'a renamed column is refused');
+query(q{ALTER TABLE "we""ird.s"."odd ""claims"".x" RENAME COLUMN consumer_name TO consumer});
+is(query(q{SELECT dedup_claim_routed('"we""ird.s"."odd ""claims"".x"', '3', 'svc', 'm-2')}),
+	't', 'and claimed into again once it is undone');
 $coordinator->psql_fails_like('postgres',
 	q{SELECT dedup_create_colocated_records('a; DROP TABLE loyalty; --', 'loyalty')},
 	qr/ERROR:  42601|ERROR:  .*syntax|invalid name syntax/,
