@@ -15,6 +15,7 @@ OBJS = \
 	src/relations.o \
 	src/citus.o \
 	src/colocated.o \
+	src/colocated_sweep.o \
 	src/claim.o \
 	src/claim_writer.o \
 	src/claimants.o \

@@ -4,9 +4,8 @@
  *	  Records colocated with the business rows on a Citus cluster: a
  *	  distributed table per colocation group, created and registered by
  *	  dedup_create_colocated_records(), claimed by routing key
- *	  (dedup_claim_routed(), dedup_claim_routed_many(), dedup_seen_routed()),
- *	  swept with the windows of dedup_retention (dedup_sweep_colocated() and
- *	  the coordinator's sweeper), and counted (dedup_colocated_storage()).
+ *	  (dedup_claim_routed(), dedup_claim_routed_many(), dedup_seen_routed());
+ *	  their sweep and storage figures are colocated_sweep.c's.
  *
  * A records table is an ordinary user table (the caller's, not a member of
  * the extension), distributed by its route column and colocated with the
@@ -79,8 +78,6 @@ PG_FUNCTION_INFO_V1(dedup_create_colocated_records);
 PG_FUNCTION_INFO_V1(dedup_claim_routed);
 PG_FUNCTION_INFO_V1(dedup_claim_routed_many);
 PG_FUNCTION_INFO_V1(dedup_seen_routed);
-PG_FUNCTION_INFO_V1(dedup_sweep_colocated);
-PG_FUNCTION_INFO_V1(dedup_colocated_storage);
 
 /* the columns of a records table, in this order */
 #define ROUTE_ATTNUM 1
@@ -133,8 +130,8 @@ colocated_invalidate(Datum arg, Oid relid)
 }
 
 /* the owner of the table relid */
-static Oid
-table_owner(Oid relid)
+Oid
+dedup_table_owner(Oid relid)
 {
 	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	Oid			owner;
@@ -147,8 +144,8 @@ table_owner(Oid relid)
 }
 
 /* Refuse colocated records where Citus is not, or on a worker. */
-static void
-colocated_check_node(const char *function)
+void
+dedup_colocated_check_node(const char *function)
 {
 	int32		group = dedup_citus_group();
 
@@ -172,8 +169,8 @@ colocated_check_node(const char *function)
  * the extension's tables in *rels; only read: no two-phase commit is asked
  * for (citus.c).
  */
-static Relation
-registry_open(const DedupRelations **rels)
+Relation
+dedup_registry_open(const DedupRelations **rels)
 {
 	Relation	registry = NULL;
 	bool		was = dedup_citus_reading_only(true);
@@ -198,8 +195,8 @@ registry_open(const DedupRelations **rels)
 }
 
 /* Is records in the registry? */
-static bool
-registry_has(Relation registry, Oid records)
+bool
+dedup_registry_has(Relation registry, Oid records)
 {
 	ScanKeyData key;
 	SysScanDesc scan;
@@ -282,7 +279,7 @@ colocated_table(Oid relid, const char *function)
 	ColocatedTable *table;
 	bool		found;
 
-	colocated_check_node(function);
+	dedup_colocated_check_node(function);
 	if (colocated_cache == NULL)
 	{
 		HASHCTL		ctl;
@@ -307,8 +304,8 @@ colocated_table(Oid relid, const char *function)
 
 	{
 		const DedupRelations *rels;
-		Relation	registry = registry_open(&rels);
-		bool		registered = registry_has(registry, relid);
+		Relation	registry = dedup_registry_open(&rels);
+		bool		registered = dedup_registry_has(registry, relid);
 		Relation	rel;
 
 		registry_relid = RelationGetRelid(registry);
@@ -739,7 +736,7 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 	colocate_with = PG_GETARG_OID(1);
 	PreventCommandDuringRecovery(call);
 	PreventCommandIfReadOnly(call);
-	colocated_check_node(call);
+	dedup_colocated_check_node(call);
 	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(colocate_with)))
 		ereport(ERROR,
 				errcode(ERRCODE_UNDEFINED_TABLE),
@@ -816,7 +813,7 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 		elog(ERROR, "create_distributed_table failed: %s", SPI_result_code_string(rc));
 
 	/* registered as the registry's owner: the caller needs no privilege on it */
-	registry = registry_open(&rels);
+	registry = dedup_registry_open(&rels);
 	owner = registry->rd_rel->relowner;
 	resetStringInfo(&sql);
 	appendStringInfo(&sql, "INSERT INTO %s (records) VALUES ($1)",
@@ -832,193 +829,4 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 		elog(ERROR, "registering failed: %s", SPI_result_code_string(rc));
 	SPI_finish();
 	PG_RETURN_OID(records);
-}
-
-/*
- * Delete the expired rows of the records table records, with the windows
- * of dedup_retention (the retention rule of sweep.c, each consumer's
- * latest claim read from the whole distributed table), as the current
- * user; return how many.  One distributed DELETE per consumer with expired
- * rows, which Citus runs on every shard at once: it cannot be bounded (no
- * LIMIT on a distributed table).  The caller holds a snapshot.
- */
-uint64
-dedup_colocated_sweep_table(const DedupRelations *rels, Oid records)
-{
-	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(records)),
-												  get_rel_name(records));
-	StringInfoData sql;
-	Oid			argtypes[2] = {TEXTOID, TIMESTAMPTZOID};
-	SPITupleTable *consumers;
-	uint64		nconsumers;
-	uint64		total = 0;
-	int			rc;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "SELECT r.consumer, pg_catalog.max(r.processed_at) FROM %s r GROUP BY r.consumer",
-					 name);
-	rc = SPI_execute(sql.data, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "listing the consumers of \"%s\" failed: %s", name,
-			 SPI_result_code_string(rc));
-	consumers = SPI_tuptable;
-	nconsumers = SPI_processed;
-	resetStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "DELETE FROM %s r WHERE r.consumer OPERATOR(pg_catalog.=) $1 "
-					 "AND r.processed_at OPERATOR(pg_catalog.<) $2", name);
-	for (uint64 i = 0; i < nconsumers; i++)
-	{
-		bool		isnull;
-		Datum		values[2];
-		TimestampTz cutoff;
-		text	   *consumer;
-
-		CHECK_FOR_INTERRUPTS();
-		values[0] = SPI_getbinval(consumers->vals[i], consumers->tupdesc, 1, &isnull);
-		if (isnull)
-			continue;
-		consumer = DatumGetTextPP(values[0]);
-		values[1] = SPI_getbinval(consumers->vals[i], consumers->tupdesc, 2, &isnull);
-		if (isnull ||
-			!dedup_consumer_cutoff(rels, consumer, DatumGetTimestampTz(values[1]),
-								   &cutoff))
-			continue;
-		values[1] = TimestampTzGetDatum(cutoff);
-		rc = SPI_execute_with_args(sql.data, 2, argtypes, values, NULL, false, 0);
-		if (rc != SPI_OK_DELETE)
-			elog(ERROR, "sweeping \"%s\" failed: %s", name, SPI_result_code_string(rc));
-		if (SPI_processed > 0)
-			dedup_audit_sweep(consumer, cutoff, SPI_processed);
-		total += SPI_processed;
-	}
-	SPI_finish();
-	return total;
-}
-
-/*
- * dedup_sweep_colocated(records regclass DEFAULT NULL) RETURNS bigint
- *
- * Delete the expired rows of every registered records table (or of
- * records) now, as the caller, in the caller's transaction; return how
- * many.  The coordinator's sweeper does the same on its own.
- */
-Datum
-dedup_sweep_colocated(PG_FUNCTION_ARGS)
-{
-	const DedupRelations *rels;
-	Relation	registry;
-	List	   *tables;
-	ListCell   *lc;
-	int64		total = 0;
-
-	PreventCommandDuringRecovery("dedup_sweep_colocated()");
-	PreventCommandIfReadOnly("dedup_sweep_colocated()");
-	colocated_check_node("dedup_sweep_colocated()");
-	registry = registry_open(&rels);
-	if (!PG_ARGISNULL(0) && !registry_has(registry, PG_GETARG_OID(0)))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("table \"%s\" is not a colocated records table of dedup",
-					   get_rel_name(PG_GETARG_OID(0)) ? get_rel_name(PG_GETARG_OID(0)) : "?"));
-	table_close(registry, AccessShareLock);
-	tables = PG_ARGISNULL(0) ? dedup_colocated_tables(rels) :
-		list_make1_oid(PG_GETARG_OID(0));
-	foreach(lc, tables)
-		total += dedup_colocated_sweep_table(rels, lfirst_oid(lc));
-	PG_RETURN_INT64(total);
-}
-
-/*
- * dedup_colocated_storage() RETURNS TABLE (records regclass, consumer
- * text, records_count bigint, oldest_record_at timestamptz,
- * latest_record_at timestamptz, expires_before timestamptz, table_bytes
- * bigint)
- *
- * What each registered records table holds for each consumer, counted
- * over all its shards, with the cutoff the sweep applies (NULL: nothing of
- * it expires) and the table's size on all nodes (citus_total_relation_size).
- * Counted as each table's owner, in a security-restricted operation, so a
- * monitoring role (pg_monitor) needs no privilege on the tables; only
- * names, counts and times are shown.
- */
-Datum
-dedup_colocated_storage(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	const DedupRelations *rels;
-	Relation	registry;
-	List	   *tables;
-	ListCell   *lc;
-
-	InitMaterializedSRF(fcinfo, 0);
-	colocated_check_node("dedup_colocated_storage()");
-	registry = registry_open(&rels);
-	table_close(registry, AccessShareLock);
-	tables = dedup_colocated_tables(rels);
-	foreach(lc, tables)
-	{
-		Oid			records = lfirst_oid(lc);
-		char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(records)),
-													  get_rel_name(records));
-		Oid			argtypes[1] = {REGCLASSOID};
-		Datum		args[1] = {ObjectIdGetDatum(records)};
-		Oid			save_userid;
-		int			save_sec_context;
-		Datum		bytes;
-		bool		bytes_null;
-		StringInfoData sql;
-		int			rc;
-
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(table_owner(records), save_sec_context |
-							   SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		rc = SPI_execute_with_args("SELECT pg_catalog.citus_total_relation_size($1)",
-								   1, argtypes, args, NULL, true, 1);
-		if (rc != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "citus_total_relation_size failed: %s", SPI_result_code_string(rc));
-		bytes = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-							  &bytes_null);
-		initStringInfo(&sql);
-		appendStringInfo(&sql,
-						 "SELECT r.consumer, pg_catalog.count(*), pg_catalog.min(r.processed_at), "
-						 "pg_catalog.max(r.processed_at) FROM %s r GROUP BY r.consumer ORDER BY r.consumer",
-						 name);
-		rc = SPI_execute(sql.data, true, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "counting \"%s\" failed: %s", name, SPI_result_code_string(rc));
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			HeapTuple	row = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			Datum		values[7];
-			bool		nulls[7] = {0};
-			bool		isnull;
-			TimestampTz cutoff;
-			MemoryContext old;
-
-			values[0] = ObjectIdGetDatum(records);
-			for (int c = 0; c < 4; c++)
-				values[c + 1] = SPI_getbinval(row, desc, c + 1, &nulls[c + 1]);
-			nulls[5] = nulls[1] || nulls[4] ||
-				!dedup_consumer_cutoff(rels, DatumGetTextPP(values[1]),
-									   DatumGetTimestampTz(values[4]), &cutoff);
-			values[5] = nulls[5] ? (Datum) 0 : TimestampTzGetDatum(cutoff);
-			values[6] = bytes;
-			nulls[6] = bytes_null;
-			(void) isnull;
-			old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-			MemoryContextSwitchTo(old);
-		}
-		SPI_finish();
-		SetUserIdAndSecContext(save_userid, save_sec_context);
-	}
-	return (Datum) 0;
 }

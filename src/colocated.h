@@ -3,7 +3,8 @@
  * colocated.h
  *	  Records kept in distributed tables colocated with the business rows
  *	  on a Citus cluster: their creation and registry, the claims routed by
- *	  key, their sweep and their storage figures (colocated.c).
+ *	  key (colocated.c), their sweep and their storage figures
+ *	  (colocated_sweep.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -11,10 +12,15 @@
 #define DEDUP_COLOCATED_H
 
 #include "nodes/pg_list.h"
+#include "utils/relcache.h"
 
 #include "relations.h"
 
 extern List *dedup_colocated_tables(const DedupRelations *rels);
+extern void dedup_colocated_check_node(const char *function);
+extern Relation dedup_registry_open(const DedupRelations **rels);
+extern bool dedup_registry_has(Relation registry, Oid records);
+extern Oid	dedup_table_owner(Oid relid);
 extern uint64 dedup_colocated_sweep_table(const DedupRelations *rels,
 										  Oid records);
 
