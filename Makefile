@@ -41,7 +41,8 @@ REGRESS = install_lookalikes claim claim_many try_claim records claim_errors cla
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters claim-many try-claim \
 	sweep-lock claimant-map try-claim-arbiters \
-	stream-read-committed stream-repeatable-read stream-rebalance
+	stream-read-committed stream-repeatable-read stream-rebalance \
+	claim-invalidation
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1

@@ -678,12 +678,15 @@ table_oid(const DedupRelations *rels, DedupTable table)
 }
 
 /*
- * Open one of the extension's tables, by OID, with lockmode.  If it has gone
- * since dedup_relations() was last called (the extension was dropped, and
- * perhaps created again, and taking the lock has just told us), look the
- * tables up again, once.  *rels is set to the lookup that was used.  Returns
- * NULL when the table does not exist (dedup_consumer_roles before 1.1,
- * stream_positions before 1.2), or dedup is not installed and missing_ok.
+ * Open one of the extension's tables, by OID, with lockmode.  Taking the lock
+ * accepts invalidations: any of them (a GRANT, a VACUUM's new statistics, a
+ * cache reset on a busy server) makes the lookup stale, but only a lookup
+ * made while the table is locked can say whether the table is still the
+ * extension's.  If it is not (the extension was dropped, and perhaps created
+ * again), open the table the new lookup names, once.  *rels is set to the
+ * lookup that was used.  Returns NULL when the table does not exist
+ * (dedup_consumer_roles before 1.1, stream_positions before 1.2), or dedup is
+ * not installed and missing_ok.
  */
 Relation
 dedup_table_open(DedupTable table, LOCKMODE lockmode, bool missing_ok,
@@ -691,17 +694,25 @@ dedup_table_open(DedupTable table, LOCKMODE lockmode, bool missing_ok,
 {
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
+		Oid			relid;
 		Relation	rel;
 
 		*rels = dedup_relations(missing_ok);
-		if (*rels == NULL || !OidIsValid(table_oid(*rels, table)))
+		if (*rels == NULL || !OidIsValid(relid = table_oid(*rels, table)))
 			return NULL;
-		rel = try_table_open(table_oid(*rels, table), lockmode);
-		if (rel != NULL && cached_valid)
+		rel = try_table_open(relid, lockmode);
+		if (rel == NULL)
+		{
+			cached_valid = false;
+			continue;
+		}
+		if (cached_valid)
 			return rel;
-		if (rel != NULL)
-			table_close(rel, lockmode);
-		cached_valid = false;
+		/* with the table locked, it cannot stop being the extension's */
+		*rels = dedup_relations(missing_ok);
+		if (*rels != NULL && table_oid(*rels, table) == relid)
+			return rel;
+		table_close(rel, lockmode);
 	}
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
