@@ -129,20 +129,6 @@ colocated_invalidate(Datum arg, Oid relid)
 			table->valid = false;
 }
 
-/* the owner of the table relid */
-Oid
-dedup_table_owner(Oid relid)
-{
-	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	return owner;
-}
-
 /* Refuse colocated records where Citus is not, or on a worker. */
 void
 dedup_colocated_check_node(const char *function)

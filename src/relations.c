@@ -660,6 +660,20 @@ dedup_relations(bool missing_ok)
 	return &cached;
 }
 
+/* the owner of the table relid */
+Oid
+dedup_table_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
 static Oid
 table_oid(const DedupRelations *rels, DedupTable table)
 {

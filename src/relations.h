@@ -43,6 +43,7 @@ typedef enum DedupTable
 extern const DedupRelations *dedup_relations(bool missing_ok);
 extern Relation dedup_table_open(DedupTable table, LOCKMODE lockmode,
 								 bool missing_ok, const DedupRelations **rels);
+extern Oid	dedup_table_owner(Oid relid);
 extern void dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
 						   StrategyNumber strategy, Datum value);
 

@@ -25,10 +25,11 @@
  * It runs no SQL on processed_messages: rows are found and deleted through
  * the table's index, by OID (sweep.c).  On a Citus coordinator it then
  * sweeps the colocated records tables with distributed DELETEs through
- * SPI (colocated.c, sweeper_sweep_colocated).  Each sweep transaction runs as dedup.sweep_role, or else
- * the owner of processed_messages, in a security-restricted operation (as
- * VACUUM and REFRESH MATERIALIZED VIEW run as the table's owner), and only
- * if that role has the privileges a DELETE of expired rows would need.  The
+ * SPI (colocated_sweep.c, sweeper_sweep_colocated).  Each sweep
+ * transaction runs as dedup.sweep_role, or else the owner of the table, in
+ * a security-restricted operation (as VACUUM and REFRESH MATERIALIZED VIEW
+ * run as the table's owner), and only if that role has the privileges a
+ * DELETE of expired rows would need.  The
  * session user stays the bootstrap superuser: pg_stat_activity shows the
  * role in the sweeper's query text.  Its transactions run with its own
  * settings, whatever the database's owner has set for the database.
@@ -214,6 +215,15 @@ sweeper_report(const char *what)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
+/* The role a sweep of table runs as: dedup.sweep_role, or the table's owner */
+static Oid
+sweeper_role(Oid table)
+{
+	if (dedup_sweep_role[0] != '\0')
+		return get_role_oid(dedup_sweep_role, false);
+	return dedup_table_owner(table);
+}
+
 /*
  * Start a sweep transaction: take the table locks and the sweep lock
  * without waiting, in a fixed order, become the sweep role in a
@@ -249,17 +259,7 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 	if (rels == NULL)
 		return NULL;
 
-	if (dedup_sweep_role[0] != '\0')
-		role = get_role_oid(dedup_sweep_role, false);
-	else
-	{
-		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(rels->messages));
-
-		if (!HeapTupleIsValid(tuple))
-			elog(ERROR, "cache lookup failed for relation %u", rels->messages);
-		role = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-		ReleaseSysCache(tuple);
-	}
+	role = sweeper_role(rels->messages);
 
 	/*
 	 * As VACUUM runs as the table's owner: whatever the sweep may reach of
@@ -336,17 +336,7 @@ sweeper_sweep_colocated(TimestampTz deadline)
 		if (rels != NULL &&
 			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(records)))
 		{
-			if (dedup_sweep_role[0] != '\0')
-				role = get_role_oid(dedup_sweep_role, false);
-			else
-			{
-				HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(records));
-
-				if (!HeapTupleIsValid(tuple))
-					elog(ERROR, "cache lookup failed for relation %u", records);
-				role = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-				ReleaseSysCache(tuple);
-			}
+			role = sweeper_role(records);
 			SetUserIdAndSecContext(role, session_sec_context |
 								   SECURITY_RESTRICTED_OPERATION);
 			namestrcpy(&sweep_role_name, GetUserNameFromId(role, false));
