@@ -34,13 +34,28 @@ use Test::More;
 
 my ($coordinator, @workers) = DedupCitus::cluster();
 
-# propagated to the workers
+# worker1 sweeps (every second), and has found no dedup in postgres yet
+$workers[0]->safe_psql('postgres', "ALTER SYSTEM SET $_")
+  for ('dedup.sweep_enabled = on', 'dedup.sweep_interval = 1',
+	'log_min_messages = debug1');
+$workers[0]->reload;
+ok( $workers[0]->wait_log_count(0,
+		qr/dedup sweep: extension not installed/, 1),
+	'worker1: its sweeper probed postgres and found no dedup');
+
+# propagated to the workers, in a prepared transaction
 $coordinator->safe_psql('postgres', 'CREATE EXTENSION dedup');
 is($workers[0]->safe_psql('postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'dedup'"),
 	$coordinator->safe_psql('postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'dedup'"),
 	'CREATE EXTENSION dedup reached the workers');
+ok( $workers[0]->poll_query_until('postgres',
+		q{SELECT last_sweep_outcome = 'done' FROM dedup_sweeper}),
+	'worker1: the sweeping starts after the prepared CREATE EXTENSION commits, unwoken');
+$workers[0]->safe_psql('postgres', "ALTER SYSTEM RESET $_")
+  for ('dedup.sweep_enabled', 'dedup.sweep_interval', 'log_min_messages');
+$workers[0]->reload;
 $coordinator->safe_psql('postgres', q{
 CREATE TABLE loyalty (customer_id text PRIMARY KEY, points int NOT NULL);
 SELECT create_distributed_table('loyalty', 'customer_id');
