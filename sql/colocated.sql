@@ -38,6 +38,20 @@ SELECT dedup_claim_routed_many('business', '1', 'svc',
 \echo :SQLSTATE
 SELECT dedup_seen_routed('business', '1', NULL, 'm-1');
 \echo :SQLSTATE
+SELECT dedup_forget_routed(NULL, '1', 'svc', 'm-1');
+\echo :SQLSTATE
+SELECT dedup_forget_routed('business', NULL, 'svc', 'm-1');
+\echo :SQLSTATE
+SELECT dedup_forget_routed('business', '1', NULL, 'm-1');
+\echo :SQLSTATE
+SELECT dedup_forget_routed('business', '1', 'svc', NULL);
+\echo :SQLSTATE
+SELECT dedup_forget_routed('business', '1', '', 'm-1');
+\echo :SQLSTATE
+SELECT dedup_forget_routed('business', '1', 'svc', repeat('k', 1025));
+\echo :SQLSTATE
+SELECT dedup_register_colocated_records(NULL);
+\echo :SQLSTATE
 SELECT dedup_create_colocated_records(NULL, 'business');
 \echo :SQLSTATE
 SELECT dedup_create_colocated_records('', 'business');
@@ -56,6 +70,10 @@ SELECT dedup_claim_routed_many('business', '1', 'svc', ARRAY['m-1']);
 \echo :SQLSTATE
 SELECT dedup_seen_routed('business', '1', 'svc', 'm-1');
 \echo :SQLSTATE
+SELECT dedup_forget_routed('business', '1', 'svc', 'm-1');
+\echo :SQLSTATE
+SELECT dedup_register_colocated_records('business');
+\echo :SQLSTATE
 SELECT dedup_sweep_colocated();
 \echo :SQLSTATE
 SELECT * FROM dedup_colocated_storage();
@@ -65,19 +83,29 @@ BEGIN READ ONLY;
 SELECT dedup_claim_routed('business', '1', 'svc', 'm-1');
 \echo :SQLSTATE
 ROLLBACK;
+BEGIN READ ONLY;
+SELECT dedup_forget_routed('business', '1', 'svc', 'm-1');
+\echo :SQLSTATE
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT dedup_register_colocated_records('business');
+\echo :SQLSTATE
+ROLLBACK;
 -- nothing was created or registered
 SELECT count(*) FROM dedup_colocated_tables;
 SELECT to_regclass('claims');
 
--- none of them is PUBLIC's; the storage figures and the registry are
--- pg_monitor's
+-- none of them is PUBLIC's (dedup_forget_routed no more than dedup_forget);
+-- the storage figures and the registry are pg_monitor's
 SELECT p.oid::regprocedure AS function,
 	   has_function_privilege('public', p.oid, 'EXECUTE') AS public,
 	   has_function_privilege('pg_monitor', p.oid, 'EXECUTE') AS pg_monitor
   FROM pg_proc p
  WHERE p.proname IN ('dedup_create_colocated_records', 'dedup_claim_routed',
 					 'dedup_claim_routed_many', 'dedup_seen_routed',
-					 'dedup_sweep_colocated', 'dedup_colocated_storage')
+					 'dedup_sweep_colocated', 'dedup_colocated_storage',
+					 'dedup_register_colocated_records', 'dedup_forget_routed',
+					 'dedup_forget')
  ORDER BY p.proname;
 SELECT has_table_privilege('public', 'dedup_colocated_tables', 'SELECT') AS public_select,
 	   has_table_privilege('pg_monitor', 'dedup_colocated_tables', 'SELECT') AS monitor_select,

@@ -453,3 +453,29 @@ REVOKE ALL ON FUNCTION @extschema@.dedup_sweep_colocated(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_colocated_storage() FROM PUBLIC;
 GRANT SELECT ON TABLE @extschema@.dedup_colocated_tables TO pg_monitor;
 GRANT EXECUTE ON FUNCTION @extschema@.dedup_colocated_storage() TO pg_monitor;
+
+/*
+ * dedup_register_colocated_records(records): register a table that has
+ * exactly the shape dedup_create_colocated_records() gives, hash-distributed
+ * by route (one left by DROP EXTENSION, restored, or made by hand); the
+ * caller must own it.  A table registered already is left as it is, with
+ * a notice.  Not for PUBLIC.
+ */
+CREATE FUNCTION @extschema@.dedup_register_colocated_records(records regclass)
+RETURNS regclass
+AS 'MODULE_PATHNAME', 'dedup_register_colocated_records'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+/*
+ * dedup_forget_routed(records, route, consumer, message_id): dedup_forget
+ * for colocated records, as the caller (DELETE and SELECT on the table are
+ * needed too); every call is in the server log.  For operators only.
+ */
+CREATE FUNCTION @extschema@.dedup_forget_routed(records regclass, route text,
+												consumer text, message_id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_forget_routed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION @extschema@.dedup_register_colocated_records(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_forget_routed(regclass, text, text, text) FROM PUBLIC;

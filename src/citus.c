@@ -59,6 +59,8 @@
 #include "catalog/pg_namespace.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/primnodes.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -103,20 +105,55 @@ citus_catalog(const char *name)
 	return get_relname_relid(name, PG_CATALOG_NAMESPACE);
 }
 
-/* Is relid in pg_dist_partition (whose OID is dist_partition)? */
+/*
+ * Is relid in pg_dist_partition (whose OID is dist_partition)?  When it is
+ * and method is not NULL, how it is distributed (*method, partmethod: 'h'
+ * for hash) and by which column (*column; InvalidAttrNumber for a
+ * reference or Citus local table, which have none).  The columns are found
+ * by name; the distribution column is kept by Citus as a Var in the text
+ * form of PostgreSQL's nodes, which stringToNode() reads.
+ */
 static bool
-citus_manages(Oid dist_partition, Oid relid)
+citus_manages(Oid dist_partition, Oid relid, char *method, AttrNumber *column)
 {
 	Oid			index = citus_catalog("pg_dist_partition_logical_relid_index");
 	Relation	catalog = table_open(dist_partition, AccessShareLock);
 	ScanKeyData key;
 	SysScanDesc scan;
+	HeapTuple	tuple;
 	bool		found;
 
 	ScanKeyInit(&key, ANUM_DIST_PARTITION_RELID, BTEqualStrategyNumber,
 				F_OIDEQ, ObjectIdGetDatum(relid));
 	scan = systable_beginscan(catalog, index, OidIsValid(index), NULL, 1, &key);
-	found = HeapTupleIsValid(systable_getnext(scan));
+	tuple = systable_getnext(scan);
+	found = HeapTupleIsValid(tuple);
+	if (found && method != NULL)
+	{
+		AttrNumber	method_attnum = get_attnum(dist_partition, "partmethod");
+		AttrNumber	key_attnum = get_attnum(dist_partition, "partkey");
+		bool		isnull = true;
+		Datum		value = (Datum) 0;
+
+		*method = '\0';
+		*column = InvalidAttrNumber;
+		if (method_attnum != InvalidAttrNumber)
+			value = heap_getattr(tuple, method_attnum,
+								 RelationGetDescr(catalog), &isnull);
+		if (!isnull)
+			*method = DatumGetChar(value);
+		isnull = true;
+		if (key_attnum != InvalidAttrNumber)
+			value = heap_getattr(tuple, key_attnum,
+								 RelationGetDescr(catalog), &isnull);
+		if (!isnull)
+		{
+			Node	   *partkey = stringToNode(TextDatumGetCString(value));
+
+			if (partkey != NULL && IsA(partkey, Var))
+				*column = ((Var *) partkey)->varattno;
+		}
+	}
 	systable_endscan(scan);
 	table_close(catalog, AccessShareLock);
 	return found;
@@ -212,7 +249,8 @@ dedup_citus_check(const DedupRelations *rels)
 			tables[3] = rels->positions;
 			tables[4] = rels->colocated;
 			for (int i = 0; i < lengthof(tables); i++)
-				if (OidIsValid(tables[i]) && citus_manages(dist_partition, tables[i]))
+				if (OidIsValid(tables[i]) &&
+					citus_manages(dist_partition, tables[i], NULL, NULL))
 					refuse_managed(tables[i]);
 
 			group = dedup_citus_group();
@@ -278,5 +316,25 @@ dedup_citus_distributed(Oid relid)
 {
 	Oid			dist_partition = citus_catalog("pg_dist_partition");
 
-	return OidIsValid(dist_partition) && citus_manages(dist_partition, relid);
+	return OidIsValid(dist_partition) &&
+		citus_manages(dist_partition, relid, NULL, NULL);
+}
+
+/*
+ * The column relid is hash-distributed by, or InvalidAttrNumber when it is
+ * not hash-distributed (not a Citus table, a reference or a Citus local
+ * table, one distributed by append or range).
+ */
+AttrNumber
+dedup_citus_hash_column(Oid relid)
+{
+	Oid			dist_partition = citus_catalog("pg_dist_partition");
+	char		method;
+	AttrNumber	column;
+
+	if (!OidIsValid(dist_partition) ||
+		!citus_manages(dist_partition, relid, &method, &column) ||
+		method != 'h')
+		return InvalidAttrNumber;
+	return column;
 }

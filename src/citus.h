@@ -10,11 +10,14 @@
 #ifndef DEDUP_CITUS_H
 #define DEDUP_CITUS_H
 
+#include "access/attnum.h"
+
 #include "relations.h"
 
 extern void dedup_citus_check(const DedupRelations *rels);
 extern int32 dedup_citus_group(void);
 extern bool dedup_citus_reading_only(bool on);
 extern bool dedup_citus_distributed(Oid relid);
+extern AttrNumber dedup_citus_hash_column(Oid relid);
 
 #endif							/* DEDUP_CITUS_H */

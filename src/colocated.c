@@ -3,9 +3,11 @@
  * colocated.c
  *	  Records colocated with the business rows on a Citus cluster: a
  *	  distributed table per colocation group, created and registered by
- *	  dedup_create_colocated_records(), claimed by routing key
- *	  (dedup_claim_routed(), dedup_claim_routed_many(), dedup_seen_routed());
- *	  their sweep and storage figures are colocated_sweep.c's.
+ *	  dedup_create_colocated_records() (or made by hand, or left by DROP
+ *	  EXTENSION, and registered by dedup_register_colocated_records()),
+ *	  claimed by routing key (dedup_claim_routed(), dedup_claim_routed_many(),
+ *	  dedup_seen_routed()) and forgotten (dedup_forget_routed()); their
+ *	  sweep and storage figures are colocated_sweep.c's.
  *
  * A records table is an ordinary user table (the caller's, not a member of
  * the extension), distributed by its route column and colocated with the
@@ -40,13 +42,17 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/primnodes.h"
+#include "rewrite/rewriteHandler.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -57,6 +63,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
@@ -75,15 +82,18 @@
 #include "sweep.h"
 
 PG_FUNCTION_INFO_V1(dedup_create_colocated_records);
+PG_FUNCTION_INFO_V1(dedup_register_colocated_records);
 PG_FUNCTION_INFO_V1(dedup_claim_routed);
 PG_FUNCTION_INFO_V1(dedup_claim_routed_many);
 PG_FUNCTION_INFO_V1(dedup_seen_routed);
+PG_FUNCTION_INFO_V1(dedup_forget_routed);
 
 /* the columns of a records table, in this order */
 #define ROUTE_ATTNUM 1
 #define CONSUMER_ATTNUM 2
 #define MESSAGE_ID_ATTNUM 3
 #define PROCESSED_AT_ATTNUM 4
+#define RECORDS_NATTS 4
 
 /* the statements prepared per records table */
 typedef enum RoutedStatement
@@ -91,6 +101,7 @@ typedef enum RoutedStatement
 	ROUTED_CLAIM,
 	ROUTED_CLAIM_MANY,
 	ROUTED_SEEN,
+	ROUTED_FORGET,
 	ROUTED_STATEMENTS
 } RoutedStatement;
 
@@ -140,7 +151,7 @@ dedup_colocated_check_node(const char *function)
 				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				errmsg("%s needs Citus", function),
 				errdetail("Colocated records are distributed tables of a Citus cluster; the citus extension is not installed in this database."),
-				errhint("Without Citus, claim with dedup_claim()."));
+				errhint("Without Citus, keep the records in processed_messages: claim with dedup_claim(), look with dedup_seen(), forget with dedup_forget()."));
 	if (group != 0)
 		ereport(ERROR,
 				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -235,7 +246,7 @@ refuse_shape(Relation rel, const char *what)
 			errcode(ERRCODE_WRONG_OBJECT_TYPE),
 			errmsg("table \"%s\" is not usable as colocated records", RelationGetRelationName(rel)),
 			errdetail("%s", what),
-			errhint("Create it with dedup_create_colocated_records(), and do not alter it."));
+			errhint("Records tables are made by dedup_create_colocated_records(); one made otherwise must have exactly that shape, and none may be altered."));
 }
 
 /* Check a column of a records table: its name and (unless InvalidOid) type */
@@ -251,13 +262,133 @@ check_column(Relation rel, AttrNumber attnum, const char *name, Oid type)
 	if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0 ||
 		(OidIsValid(type) && att->atttypid != type))
 		refuse_shape(rel, "Its columns must be route, consumer text, message_id text and processed_at timestamptz, in this order.");
+	if (!att->attnotnull)
+		refuse_shape(rel, "Its columns must all be NOT NULL.");
 	return att->atttypid;
+}
+
+/* Are key's columns, in this order, the first key columns of index? */
+static bool
+index_is_on(Form_pg_index index, const AttrNumber *key, int nkey)
+{
+	if (index->indnkeyatts < nkey)
+		return false;
+	for (int i = 0; i < nkey; i++)
+		if (index->indkey.values[i] != key[i])
+			return false;
+	return true;
+}
+
+/*
+ * Check the indexes of a records table: its primary key on (route,
+ * consumer, message_id), the claim's ON CONFLICT target, no other unique
+ * index or exclusion constraint (a claim would be a duplicate of another
+ * key), and a btree index led by (consumer, processed_at), the sweep's.
+ */
+static void
+check_indexes(Relation rel)
+{
+	static const AttrNumber primary_key[] = {
+		ROUTE_ATTNUM, CONSUMER_ATTNUM, MESSAGE_ID_ATTNUM
+	};
+	static const AttrNumber sweep_key[] = {
+		CONSUMER_ATTNUM, PROCESSED_AT_ATTNUM
+	};
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	bool		has_primary_key = false;
+	bool		has_sweep_index = false;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = index->rd_index;
+		bool		plain = form->indisvalid &&
+			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+			heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
+
+		if (form->indisprimary)
+			has_primary_key = plain && form->indnatts == lengthof(primary_key) &&
+				index_is_on(form, primary_key, lengthof(primary_key));
+		else if (form->indisunique || form->indisexclusion)
+			ereport(ERROR,
+					errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					errmsg("table \"%s\" is not usable as colocated records",
+						   RelationGetRelationName(rel)),
+					errdetail("It has the unique index or exclusion constraint \"%s\" besides its primary key: a claim of one key would be a duplicate of another.",
+							  RelationGetRelationName(index)),
+					errhint("Drop it: the primary key (route, consumer, message_id) is the only key of a records table."));
+		else if (plain && index->rd_rel->relam == BTREE_AM_OID &&
+				 index_is_on(form, sweep_key, lengthof(sweep_key)))
+			has_sweep_index = true;
+		index_close(index, AccessShareLock);
+	}
+	list_free(indexes);
+	if (!has_primary_key)
+		refuse_shape(rel, "Its primary key must be (route, consumer, message_id), in this order: the claim is an INSERT ... ON CONFLICT DO NOTHING on it.");
+	if (!has_sweep_index)
+		refuse_shape(rel, "It lacks a btree index on (consumer, processed_at), which the sweep and the storage figures read by.");
+}
+
+/* Does processed_at default to the transaction's time (now())? */
+static bool
+defaults_to_now(Relation rel)
+{
+	Node	   *def = build_column_default(rel, PROCESSED_AT_ATTNUM);
+
+	if (def == NULL)
+		return false;
+	if (IsA(def, FuncExpr))
+	{
+		Oid			func = ((FuncExpr *) def)->funcid;
+
+		return func == F_NOW || func == F_TRANSACTION_TIMESTAMP;
+	}
+	if (IsA(def, SQLValueFunction))
+		return ((SQLValueFunction *) def)->op == SVFOP_CURRENT_TIMESTAMP;
+	return false;
+}
+
+/*
+ * Check that rel has exactly the shape of the records tables
+ * dedup_create_colocated_records() makes, and that it is hash-distributed
+ * by its route column: what a claim, its answer, the sweep and the commit
+ * on the worker rely on.  Returns the type of the route column.
+ */
+static Oid
+check_records_table(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			ncolumns = 0;
+	Oid			route_type;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION)
+		refuse_shape(rel, "It is not an ordinary table.");
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+			ncolumns++;
+	if (ncolumns != RECORDS_NATTS)
+		refuse_shape(rel, "Its columns must be route, consumer text, message_id text and processed_at timestamptz, in this order, and no others.");
+	route_type = check_column(rel, ROUTE_ATTNUM, "route", InvalidOid);
+	check_column(rel, CONSUMER_ATTNUM, "consumer", TEXTOID);
+	check_column(rel, MESSAGE_ID_ATTNUM, "message_id", TEXTOID);
+	check_column(rel, PROCESSED_AT_ATTNUM, "processed_at", TIMESTAMPTZOID);
+	if (!defaults_to_now(rel))
+		refuse_shape(rel, "Its column processed_at must default to now(): a claim inserts no time.");
+	check_indexes(rel);
+	if (!dedup_citus_distributed(RelationGetRelid(rel)))
+		refuse_shape(rel, "It is not a distributed table: a claim in it would commit on the coordinator apart from the business update on the worker.");
+	if (dedup_citus_hash_column(RelationGetRelid(rel)) != ROUTE_ATTNUM)
+		refuse_shape(rel, "It must be hash-distributed by its route column, as the business table is by its key: a claim must land in the shard of the business row.");
+	return route_type;
 }
 
 /*
  * The registered records table relid, ready to claim into: refused unless
  * on a Citus coordinator, registered, of the shape the claims expect, and
- * distributed.
+ * distributed by route.  The shape is checked again whenever the table's
+ * relcache entry changes (a dropped primary key would turn duplicates into
+ * claims).
  */
 static ColocatedTable *
 colocated_table(Oid relid, const char *function)
@@ -302,21 +433,40 @@ colocated_table(Oid relid, const char *function)
 					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					errmsg("table \"%s\" is not a colocated records table of dedup",
 						   get_rel_name(relid) ? get_rel_name(relid) : "?"),
-					errdetail("Routed claims write only to the tables dedup_create_colocated_records() has created and registered (dedup_colocated_tables)."),
-					errhint("Create one with dedup_create_colocated_records('processed_messages_by_customer', 'your_distributed_table')."));
+					errdetail("Routed claims write only to the tables registered in dedup_colocated_tables, by dedup_create_colocated_records() or dedup_register_colocated_records()."),
+					errhint("Create one with dedup_create_colocated_records('processed_messages_by_customer', 'your_distributed_table'), or register an existing one with dedup_register_colocated_records()."));
 		rel = table_open(relid, AccessShareLock);
-		table->route_type = check_column(rel, ROUTE_ATTNUM, "route", InvalidOid);
-		check_column(rel, CONSUMER_ATTNUM, "consumer", TEXTOID);
-		check_column(rel, MESSAGE_ID_ATTNUM, "message_id", TEXTOID);
-		check_column(rel, PROCESSED_AT_ATTNUM, "processed_at", TIMESTAMPTZOID);
-		if (!dedup_citus_distributed(relid))
-			refuse_shape(rel, "It is no longer a distributed table: a claim in it would commit on the coordinator apart from the business update on the worker.");
+		table->route_type = check_records_table(rel);
 		table_close(rel, AccessShareLock);
 	}
 	getTypeInputInfo(table->route_type, &table->route_input,
 					 &table->route_ioparam);
 	table->valid = true;
 	return table;
+}
+
+/*
+ * "schema.=", quoted: the equality operator of the route column's type,
+ * qualified with its schema, for the statements that find a record.
+ */
+static char *
+route_equality(ColocatedTable *table)
+{
+	TypeCacheEntry *tc = lookup_type_cache(table->route_type, TYPECACHE_EQ_OPR);
+	HeapTuple	tuple;
+	Oid			opnamespace;
+
+	if (!OidIsValid(tc->eq_opr))
+		ereport(ERROR,
+				errcode(ERRCODE_UNDEFINED_FUNCTION),
+				errmsg("could not identify an equality operator for type %s",
+					   format_type_be(table->route_type)));
+	tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(tc->eq_opr));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for operator %u", tc->eq_opr);
+	opnamespace = ((Form_pg_operator) GETSTRUCT(tuple))->oprnamespace;
+	ReleaseSysCache(tuple);
+	return psprintf("%s.=", quote_identifier(get_namespace_name(opnamespace)));
 }
 
 /* The statement kind of a records table, prepared once and kept. */
@@ -357,29 +507,19 @@ routed_plan(ColocatedTable *table, RoutedStatement kind)
 							 "ON CONFLICT DO NOTHING RETURNING r.message_id", name);
 			break;
 		case ROUTED_SEEN:
-			{
-				TypeCacheEntry *tc = lookup_type_cache(table->route_type,
-													   TYPECACHE_EQ_OPR);
-				HeapTuple	tuple;
-				Oid			opnamespace;
-
-				if (!OidIsValid(tc->eq_opr))
-					ereport(ERROR,
-							errcode(ERRCODE_UNDEFINED_FUNCTION),
-							errmsg("could not identify an equality operator for type %s",
-								   format_type_be(table->route_type)));
-				tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(tc->eq_opr));
-				if (!HeapTupleIsValid(tuple))
-					elog(ERROR, "cache lookup failed for operator %u", tc->eq_opr);
-				opnamespace = ((Form_pg_operator) GETSTRUCT(tuple))->oprnamespace;
-				ReleaseSysCache(tuple);
-				appendStringInfo(&sql,
-								 "SELECT true FROM %s r WHERE r.route OPERATOR(%s.=) $1 "
-								 "AND r.consumer OPERATOR(pg_catalog.=) $2 "
-								 "AND r.message_id OPERATOR(pg_catalog.=) $3",
-								 name, quote_identifier(get_namespace_name(opnamespace)));
-				break;
-			}
+			appendStringInfo(&sql,
+							 "SELECT true FROM %s r WHERE r.route OPERATOR(%s) $1 "
+							 "AND r.consumer OPERATOR(pg_catalog.=) $2 "
+							 "AND r.message_id OPERATOR(pg_catalog.=) $3",
+							 name, route_equality(table));
+			break;
+		case ROUTED_FORGET:
+			appendStringInfo(&sql,
+							 "DELETE FROM %s r WHERE r.route OPERATOR(%s) $1 "
+							 "AND r.consumer OPERATOR(pg_catalog.=) $2 "
+							 "AND r.message_id OPERATOR(pg_catalog.=) $3",
+							 name, route_equality(table));
+			break;
 		case ROUTED_STATEMENTS:
 			elog(ERROR, "unexpected routed statement %d", (int) kind);
 	}
@@ -402,15 +542,20 @@ route_value(ColocatedTable *table, text *route)
 								table->route_ioparam, -1);
 }
 
+/* what routed_begin() checks besides the first three arguments */
+#define ROUTED_KEY		0x01	/* the fourth, a message id */
+#define ROUTED_WRITES	0x02	/* not in recovery or a read-only transaction */
+#define ROUTED_CLAIMANT 0x04	/* the claimant mapping (not for a forget) */
+
 /*
- * The checks every routed entry point makes on its first four arguments
- * (records, route, consumer, message_id or message_ids; the last is left
- * to the caller when keys is false), then the node, the registry and the
+ * The checks every routed entry point makes on its arguments (records,
+ * route, consumer and, with ROUTED_KEY, message_id; message_ids are left to
+ * the caller), then the node, the registry and (ROUTED_CLAIMANT) the
  * claimant.
  */
 static ColocatedTable *
 routed_begin(FunctionCallInfo fcinfo, const char *name, const char *call,
-			 bool keys, bool writes)
+			 int checks)
 {
 	ColocatedTable *table;
 	bool		was;
@@ -419,15 +564,17 @@ routed_begin(FunctionCallInfo fcinfo, const char *name, const char *call,
 	dedup_check_not_null(name, "route", 0, PG_ARGISNULL(1));
 	dedup_check_key(name, "consumer", 0, PG_GETARG_DATUM(2), PG_ARGISNULL(2),
 					DEDUP_MAX_CONSUMER_BYTES);
-	if (keys)
+	if (checks & ROUTED_KEY)
 		dedup_check_key(name, "message_id", 0, PG_GETARG_DATUM(3),
 						PG_ARGISNULL(3), DEDUP_MAX_MESSAGE_ID_BYTES);
-	if (writes)
+	if (checks & ROUTED_WRITES)
 	{
 		PreventCommandDuringRecovery(call);
 		PreventCommandIfReadOnly(call);
 	}
 	table = colocated_table(PG_GETARG_OID(0), call);
+	if (!(checks & ROUTED_CLAIMANT))
+		return table;
 	was = dedup_citus_reading_only(true);
 	PG_TRY();
 	{
@@ -505,7 +652,8 @@ Datum
 dedup_claim_routed(PG_FUNCTION_ARGS)
 {
 	ColocatedTable *table = routed_begin(fcinfo, "dedup_claim_routed",
-										 "dedup_claim_routed()", true, true);
+										 "dedup_claim_routed()",
+										 ROUTED_KEY | ROUTED_WRITES | ROUTED_CLAIMANT);
 	Datum		values[3];
 	uint64		rows;
 
@@ -585,7 +733,8 @@ dedup_claim_routed_many(PG_FUNCTION_ARGS)
 		dedup_check_key("dedup_claim_routed_many", "message_ids", i + 1,
 						elements[i], nulls[i], DEDUP_MAX_MESSAGE_ID_BYTES);
 	table = routed_begin(fcinfo, "dedup_claim_routed_many",
-						 "dedup_claim_routed_many()", false, true);
+						 "dedup_claim_routed_many()",
+						 ROUTED_WRITES | ROUTED_CLAIMANT);
 	if (nkeys == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(BOOLOID));
 
@@ -663,7 +812,8 @@ Datum
 dedup_seen_routed(PG_FUNCTION_ARGS)
 {
 	ColocatedTable *table = routed_begin(fcinfo, "dedup_seen_routed",
-										 "dedup_seen_routed()", true, false);
+										 "dedup_seen_routed()",
+										 ROUTED_KEY | ROUTED_CLAIMANT);
 	Datum		values[3];
 	uint64		rows;
 
@@ -678,14 +828,136 @@ dedup_seen_routed(PG_FUNCTION_ARGS)
 }
 
 /*
+ * dedup_forget_routed(records regclass, route text, consumer text,
+ * message_id text) RETURNS boolean
+ *
+ * dedup_forget for colocated records: delete consumer's record of
+ * message_id from the shard of route, in the caller's transaction (and
+ * with its privileges on the table), so that its next delivery is
+ * processed again.  True if there was one.  Written to the server log, as
+ * dedup_forget is.
+ */
+Datum
+dedup_forget_routed(PG_FUNCTION_ARGS)
+{
+	ColocatedTable *table = routed_begin(fcinfo, "dedup_forget_routed",
+										 "dedup_forget_routed()",
+										 ROUTED_KEY | ROUTED_WRITES);
+	Datum		values[3];
+	uint64		rows;
+
+	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
+	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
+	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rows = routed_execute(table, ROUTED_FORGET, values, NULL, 0, false);
+	SPI_finish();
+	dedup_audit_forget(PG_GETARG_TEXT_PP(2), PG_GETARG_TEXT_PP(3), rows > 0);
+	PG_RETURN_BOOL(rows > 0);
+}
+
+/*
+ * Register records, after checking that the caller owns it and that it
+ * has exactly the shape of a records table (check_records_table()); false
+ * when it was registered already.  The table stays locked against a
+ * change of its shape, and another registration, until the transaction
+ * ends: what was checked is what is registered.  The row is inserted as
+ * the registry's owner, in a security-restricted operation: the caller
+ * needs no privilege on the registry.
+ */
+static bool
+register_records(Oid records)
+{
+	Relation	rel = try_table_open(records, ShareUpdateExclusiveLock);
+	const DedupRelations *rels;
+	Relation	registry;
+	Oid			argtypes[1] = {REGCLASSOID};
+	Datum		values[1] = {ObjectIdGetDatum(records)};
+	StringInfoData sql;
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
+	int			rc;
+
+	if (rel == NULL)
+		ereport(ERROR,
+				errcode(ERRCODE_UNDEFINED_TABLE),
+				errmsg("relation with OID %u does not exist", records));
+	if (!dedup_class_ownercheck(records, GetUserId()))
+		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE,
+					   RelationGetRelationName(rel));
+	check_records_table(rel);
+	table_close(rel, NoLock);
+
+	registry = dedup_registry_open(&rels);
+	if (dedup_registry_has(registry, records))
+	{
+		table_close(registry, AccessShareLock);
+		return false;
+	}
+	owner = registry->rd_rel->relowner;
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s (records) VALUES ($1)",
+					 quote_qualified_identifier(get_namespace_name(rels->schema),
+												RelationGetRelationName(registry)));
+	table_close(registry, AccessShareLock);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_with_args(sql.data, 1, argtypes, values, NULL, false, 0);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "registering failed: %s", SPI_result_code_string(rc));
+	SPI_finish();
+	pfree(sql.data);
+	return true;
+}
+
+/*
+ * dedup_register_colocated_records(records regclass) RETURNS regclass
+ *
+ * Register records, a table the caller owns with exactly the shape that
+ * dedup_create_colocated_records() gives (left by DROP EXTENSION, restored,
+ * or made by hand), so that routed claims write to it, and the sweep and
+ * the storage figures include it.  A table registered already is left as
+ * it is, with a notice.
+ */
+Datum
+dedup_register_colocated_records(PG_FUNCTION_ARGS)
+{
+	const char *call = "dedup_register_colocated_records()";
+	Oid			records;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				errmsg("argument \"records\" of dedup_register_colocated_records must not be null"));
+	records = PG_GETARG_OID(0);
+	PreventCommandDuringRecovery(call);
+	PreventCommandIfReadOnly(call);
+	dedup_colocated_check_node(call);
+	if (!register_records(records))
+		ereport(NOTICE,
+				errcode(ERRCODE_DUPLICATE_OBJECT),
+				errmsg("table \"%s\" is already registered as colocated records, skipping",
+					   get_rel_name(records)));
+	PG_RETURN_OID(records);
+}
+
+/*
  * dedup_create_colocated_records(records_table text, colocate_with
  * regclass) RETURNS regclass
  *
  * Create records_table (a name, qualified or not: then in the current
  * creation schema) as the caller, distribute it by its route column,
  * colocated with colocate_with (a hash-distributed table the caller owns),
- * and register it.  The route column has the type of colocate_with's
- * distribution column.
+ * and register it (register_records(), as dedup_register_colocated_records
+ * does).  The route column has the type of colocate_with's distribution
+ * column.
  */
 Datum
 dedup_create_colocated_records(PG_FUNCTION_ARGS)
@@ -695,19 +967,15 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 	RangeVar   *rv;
 	Oid			namespace;
 	Oid			records;
-	Oid			route_type = InvalidOid;
-	int32		route_typmod = -1;
-	bool		hashed = false;
+	AttrNumber	column;
+	Oid			route_type;
+	int32		route_typmod;
+	Oid			route_collation;
 	char	   *name;
 	StringInfoData sql;
 	Oid			argtypes[2] = {REGCLASSOID, TEXTOID};
 	Datum		values[2];
 	int			rc;
-	const DedupRelations *rels;
-	Relation	registry;
-	Oid			owner;
-	Oid			save_userid;
-	int			save_sec_context;
 
 	for (int i = 0; i < 2; i++)
 		if (PG_ARGISNULL(i))
@@ -731,38 +999,9 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE,
 					   get_rel_name(colocate_with));
 
-	rv = makeRangeVarFromNameList(textToQualifiedNameList(PG_GETARG_TEXT_PP(0)));
-	namespace = RangeVarGetCreationNamespace(rv);
-	name = quote_qualified_identifier(get_namespace_name(namespace), rv->relname);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
 	/* colocate_with: hash-distributed, and its distribution column's type */
-	values[0] = ObjectIdGetDatum(colocate_with);
-	rc = SPI_execute_with_args(
-							   "SELECT p.partmethod OPERATOR(pg_catalog.=) 'h'::pg_catalog.\"char\", a.atttypid, a.atttypmod "
-							   "FROM pg_catalog.pg_dist_partition p "
-							   "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) p.logicalrelid "
-							   "AND a.attname OPERATOR(pg_catalog.=) pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)::pg_catalog.name "
-							   "WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1",
-							   1, argtypes, values, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading pg_dist_partition failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
-	{
-		bool		isnull;
-		HeapTuple	row = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		hashed = DatumGetBool(SPI_getbinval(row, desc, 1, &isnull)) && !isnull;
-		route_type = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
-		if (isnull)
-			hashed = false;
-		else
-			route_typmod = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
-	}
-	if (!hashed)
+	column = dedup_citus_hash_column(colocate_with);
+	if (column == InvalidAttrNumber)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("table \"%s\" is not a hash-distributed table",
@@ -770,16 +1009,29 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 				errdetail("Colocated records are distributed by the business table's distribution column; a reference, local or append-distributed table has none."),
 				errhint("Distribute it with create_distributed_table('%s', 'its_key') first.",
 						get_rel_name(colocate_with)));
+	get_atttypetypmodcoll(colocate_with, column, &route_type, &route_typmod,
+						  &route_collation);
 
+	rv = makeRangeVarFromNameList(textToQualifiedNameList(PG_GETARG_TEXT_PP(0)));
+	namespace = RangeVarGetCreationNamespace(rv);
+	name = quote_qualified_identifier(get_namespace_name(namespace), rv->relname);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
 	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "CREATE TABLE %s (route %s NOT NULL, consumer pg_catalog.text NOT NULL, "
-					 "message_id pg_catalog.text NOT NULL, "
-					 "processed_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(), "
-					 "PRIMARY KEY (route, consumer, message_id))",
-					 name,
+	appendStringInfo(&sql, "CREATE TABLE %s (route %s", name,
 					 format_type_extended(route_type, route_typmod,
 										  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
+	/* Citus colocates only distribution columns of one collation */
+	if (OidIsValid(route_collation) &&
+		route_collation != get_typcollation(route_type))
+		appendStringInfo(&sql, " COLLATE %s",
+						 generate_collation_name(route_collation));
+	appendStringInfoString(&sql,
+						   " NOT NULL, consumer pg_catalog.text NOT NULL, "
+						   "message_id pg_catalog.text NOT NULL, "
+						   "processed_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(), "
+						   "PRIMARY KEY (route, consumer, message_id))");
 	rc = SPI_execute(sql.data, false, 0);
 	if (rc != SPI_OK_UTILITY)
 		elog(ERROR, "CREATE TABLE failed: %s", SPI_result_code_string(rc));
@@ -797,22 +1049,8 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 							   2, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "create_distributed_table failed: %s", SPI_result_code_string(rc));
-
-	/* registered as the registry's owner: the caller needs no privilege on it */
-	registry = dedup_registry_open(&rels);
-	owner = registry->rd_rel->relowner;
-	resetStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s (records) VALUES ($1)",
-					 quote_qualified_identifier(get_namespace_name(rels->schema),
-												RelationGetRelationName(registry)));
-	table_close(registry, AccessShareLock);
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	rc = SPI_execute_with_args(sql.data, 1, argtypes, values, NULL, false, 0);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "registering failed: %s", SPI_result_code_string(rc));
 	SPI_finish();
+
+	register_records(records);
 	PG_RETURN_OID(records);
 }

@@ -9,10 +9,12 @@
 #  1. creation: the table's shape and colocation, and what is refused
 #     (a table that is not hash-distributed, a missing one, hostile names
 #     taken as names); a registered table altered is refused;
+#     a registered table whose primary key is dropped is refused too;
 #  2. claim and update commit on one worker in one transaction with
 #     one-phase commit (Citus's remote commands: COMMIT, no PREPARE); a
 #     duplicate is false; a rollback keeps neither; a batch answers as
 #     dedup_claim_many does on one node; dedup_seen_routed;
+#     dedup_forget_routed (true, then false; the id is claimed again);
 #  3. two sessions claiming one id: the second waits for the first, and
 #     exactly one gets true;
 #  4. after citus_move_shard_placement of the shard holding a claimed id,
@@ -23,9 +25,14 @@
 #     dedup_sweeper; unexpired rows are kept; dedup_colocated_storage;
 #  7. security: an application role, a role without privileges on the
 #     table, a connect-only role, a monitoring role, the claimant mapping,
-#     and a table that is not registered;
+#     and a table that is not registered; dedup_forget_routed runs as its
+#     caller; neither it nor registering is PUBLIC's;
 #  8. refused on a worker; DROP EXTENSION leaves the records table and
-#     takes its registration.
+#     takes its registration; dedup_register_colocated_records() registers
+#     it again (earlier claims are duplicates again), and a table made by
+#     hand of exactly the shape; what it refuses (not the owner, a local or
+#     reference table, distributed by another column, columns, primary
+#     key, indexes, the default of processed_at);
 #
 use strict;
 use warnings;
@@ -94,6 +101,15 @@ $coordinator->psql_fails_like('postgres',
 query(q{ALTER TABLE "we""ird.s"."odd ""claims"".x" RENAME COLUMN consumer_name TO consumer});
 is(query(q{SELECT dedup_claim_routed('"we""ird.s"."odd ""claims"".x"', '3', 'svc', 'm-2')}),
 	't', 'and claimed into again once it is undone');
+# without its primary key a claim would insert duplicates: refused
+query(q{ALTER TABLE "we""ird.s"."odd ""claims"".x" DROP CONSTRAINT "odd ""claims"".x_pkey"});
+$coordinator->psql_fails_like('postgres',
+	q{SELECT dedup_claim_routed('"we""ird.s"."odd ""claims"".x"', '3', 'svc', 'm-2')},
+	qr/ERROR:  42809: table "odd "claims".x" is not usable as colocated records\nDETAIL:  Its primary key must be \(route, consumer, message_id\)/,
+	'a dropped primary key is refused');
+query(q{ALTER TABLE "we""ird.s"."odd ""claims"".x" ADD PRIMARY KEY (route, consumer, message_id)});
+is(query(q{SELECT dedup_claim_routed('"we""ird.s"."odd ""claims"".x"', '3', 'svc', 'm-2')}),
+	'f', 'and a duplicate once it is back');
 $coordinator->psql_fails_like('postgres',
 	q{SELECT dedup_create_colocated_records('a; DROP TABLE loyalty; --', 'loyalty')},
 	qr/ERROR:  42601|ERROR:  .*syntax|invalid name syntax/,
@@ -139,6 +155,27 @@ is(query(q{SELECT points FROM loyalty WHERE customer_id = 2}), '0',
 	'and no update');
 is(query(q{SELECT dedup_seen_routed('loyalty_claims', '1', 'loyalty-service', 'evt-1')}),
 	't', 'dedup_seen_routed sees a recorded claim');
+
+# a replay on purpose: dedup_forget_routed, in the server log as dedup_forget
+query(q{SELECT dedup_claim_routed('loyalty_claims', '3', 'forget-svc', 'f-1')});
+my $log_offset = -s $coordinator->logfile;
+is(query(q{SELECT dedup_forget_routed('loyalty_claims', '3', 'forget-svc', 'f-1')}),
+	't', 'dedup_forget_routed deletes the record');
+is(query(q{SELECT dedup_forget_routed('loyalty_claims', '3', 'forget-svc', 'f-1')}),
+	'f', 'and finds none the second time');
+is(query(q{SELECT dedup_seen_routed('loyalty_claims', '3', 'forget-svc', 'f-1')}),
+	'f', 'it is not seen');
+is(query(q{SELECT dedup_claim_routed('loyalty_claims', '3', 'forget-svc', 'f-1')}),
+	't', 'and the redelivery is claimed again');
+is($coordinator->log_count($log_offset,
+		qr/dedup audit: role \S+ \(session user \S+\) deleted the record of message id 'f-1' of consumer 'forget-svc'/),
+	1, 'the forget is in the server log');
+($ret, $out, $err) = $coordinator->psql('postgres', q{
+BEGIN;
+SELECT dedup_forget_routed('loyalty_claims', '3', 'forget-svc', 'f-1');
+ROLLBACK;
+SELECT dedup_seen_routed('loyalty_claims', '3', 'forget-svc', 'f-1');});
+is($out, "t\nt", 'a forget rolled back keeps the record');
 
 # a batch answers as dedup_claim_many does on one node
 my $batch = q{ARRAY['b-2', 'b-1', 'b-2', 'b-3', 'b-1']};
@@ -264,6 +301,7 @@ GRANT EXECUTE ON FUNCTION dedup_claim_routed(regclass, text, text, text),
 	dedup_create_colocated_records(text, regclass) TO app, noprivs;
 GRANT SELECT, INSERT ON loyalty_claims TO app;
 GRANT SELECT, UPDATE ON loyalty TO app;
+GRANT EXECUTE ON FUNCTION dedup_forget_routed(regclass, text, text, text) TO app;
 SELECT dedup_allow_claimant('mapped-svc', 'monitor');
 });
 sub as
@@ -293,6 +331,18 @@ $coordinator->psql_fails_like('postgres',
 	q{SET ROLE connectonly; SELECT dedup_claim_routed('loyalty_claims', '9', 'app-svc', 'a-3')},
 	qr/ERROR:  42501: permission denied for function dedup_claim_routed/,
 	'a connect-only role may not claim');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE app; SELECT dedup_forget_routed('loyalty_claims', '9', 'app-svc', 'a-1')},
+	qr/ERROR:  42501: permission denied for table loyalty_claims/,
+	'a forget runs as its caller: EXECUTE without DELETE on the table is refused');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE connectonly; SELECT dedup_forget_routed('loyalty_claims', '9', 'app-svc', 'a-1')},
+	qr/ERROR:  42501: permission denied for function dedup_forget_routed/,
+	'a connect-only role may not forget');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE connectonly; SELECT dedup_register_colocated_records('loyalty_claims')},
+	qr/ERROR:  42501: permission denied for function dedup_register_colocated_records/,
+	'nor register');
 $coordinator->psql_fails_like('postgres',
 	q{SET ROLE connectonly; SELECT dedup_create_colocated_records('mine', 'loyalty')},
 	qr/ERROR:  42501: permission denied for function dedup_create_colocated_records/,
@@ -324,6 +374,8 @@ for my $call (
 	q{SELECT dedup_claim_routed('loyalty_claims', '1', 'svc', 'w-1')},
 	q{SELECT dedup_claim_routed_many('loyalty_claims', '1', 'svc', ARRAY['w-1'])},
 	q{SELECT dedup_create_colocated_records('w_claims', 'loyalty')},
+	q{SELECT dedup_register_colocated_records('loyalty_claims')},
+	q{SELECT dedup_forget_routed('loyalty_claims', '1', 'svc', 'w-1')},
 	q{SELECT dedup_sweep_colocated()})
 {
 	$workers[0]->psql_fails_like('postgres', $call,
@@ -339,5 +391,113 @@ $coordinator->psql_fails_like('postgres',
 	q{SELECT dedup_claim_routed('loyalty_claims', '1', 'svc', 'x')},
 	qr/ERROR:  22023: table "loyalty_claims" is not a colocated records table of dedup/,
 	'and its registration went with the extension');
+
+is(query(q{SELECT dedup_register_colocated_records('loyalty_claims')}),
+	'loyalty_claims', 'dedup_register_colocated_records registers it again');
+is(query(q{SELECT dedup_claim_routed('loyalty_claims', '1', 'loyalty-service', 'evt-1')}),
+	'f', 'claims made before DROP EXTENSION are duplicates again');
+is(query(q{SELECT dedup_claim_routed('loyalty_claims', '1', 'loyalty-service', 'evt-after')}),
+	't', 'and new ones are claimed');
+($ret, $out, $err) = $coordinator->psql_verbose('postgres',
+	q{SELECT dedup_register_colocated_records('loyalty_claims')});
+is($ret . $out, '0loyalty_claims', 'registering it again is a no-op');
+like($err, qr/NOTICE:  42710: table "loyalty_claims" is already registered as colocated records, skipping/,
+	'with a notice');
+is(query(q{SELECT count(*) FROM dedup_colocated_tables}), '1', 'registered once');
+
+# a table made by hand, of exactly the shape: registered, claimed into
+query(q{
+CREATE TABLE hand_claims (route bigint NOT NULL, consumer text NOT NULL,
+	message_id text NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (route, consumer, message_id));
+CREATE INDEX hand_claims_sweep ON hand_claims (consumer, processed_at);
+SELECT create_distributed_table('hand_claims', 'route', colocate_with => 'loyalty');
+});
+is(query(q{SELECT dedup_register_colocated_records('hand_claims')}), 'hand_claims',
+	'a table made by hand is registered');
+is(query(q{SELECT dedup_claim_routed('hand_claims', '1', 'svc', 'h-1') || '/' || dedup_claim_routed('hand_claims', '1', 'svc', 'h-1')}),
+	'true/false', 'and claimed into');
+
+# what is refused: the shape a claim, its answer and its commit rely on
+my %bad = (
+	'a local table' => [ '', 'It is not a distributed table' ],
+	'a reference table' =>
+	  [ q{SELECT create_reference_table('bad')}, 'It is not a distributed table|It must be hash-distributed' ],
+	'a table distributed by consumer' => [
+		q{SELECT create_distributed_table('bad', 'consumer')},
+		'It must be hash-distributed by its route column'
+	],
+	'an extra column' => [
+		q{ALTER TABLE bad ADD COLUMN note text},
+		'Its columns must be route, consumer text, message_id text and processed_at timestamptz, in this order, and no others'
+	],
+	'columns in another order' => [
+		q{ALTER TABLE bad RENAME consumer TO c; ALTER TABLE bad RENAME message_id TO consumer; ALTER TABLE bad RENAME c TO message_id},
+		'Its columns must be route, consumer text, message_id text and processed_at timestamptz, in this order'
+	],
+	'a nullable processed_at' => [
+		q{ALTER TABLE bad ALTER processed_at DROP NOT NULL},
+		'Its columns must all be NOT NULL'
+	],
+	'no default for processed_at' => [
+		q{ALTER TABLE bad ALTER processed_at DROP DEFAULT},
+		'Its column processed_at must default to now\(\)'
+	],
+	'another default for processed_at' => [
+		q{ALTER TABLE bad ALTER processed_at SET DEFAULT '-infinity'},
+		'Its column processed_at must default to now\(\)'
+	],
+	'a primary key in another order' => [
+		q{ALTER TABLE bad DROP CONSTRAINT bad_pkey; ALTER TABLE bad ADD PRIMARY KEY (consumer, route, message_id)},
+		'Its primary key must be \(route, consumer, message_id\)'
+	],
+	'another unique index' => [
+		q{CREATE UNIQUE INDEX bad_by_id ON bad (route, message_id)},
+		'It has the unique index or exclusion constraint "bad_by_id" besides its primary key'
+	],
+	'no index for the sweep' => [
+		q{DROP INDEX bad_sweep},
+		'It lacks a btree index on \(consumer, processed_at\)'
+	],
+	'a partial index for the sweep' => [
+		q{DROP INDEX bad_sweep; CREATE INDEX bad_sweep ON bad (consumer, processed_at) WHERE consumer <> ''},
+		'It lacks a btree index on \(consumer, processed_at\)'
+	],);
+for my $case (sort keys %bad)
+{
+	my ($change, $detail) = @{ $bad{$case} };
+	my $distribute =
+	  $change =~ /create_(reference|distributed)_table/
+	  ? ''
+	  : $case eq 'a local table' ? ''
+	  : q{SELECT create_distributed_table('bad', 'route', colocate_with => 'loyalty');};
+	query(qq{
+DROP TABLE IF EXISTS bad;
+CREATE TABLE bad (route bigint NOT NULL, consumer text NOT NULL,
+	message_id text NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (route, consumer, message_id));
+CREATE INDEX bad_sweep ON bad (consumer, processed_at);
+$distribute
+$change;
+});
+	$coordinator->psql_fails_like('postgres',
+		q{SELECT dedup_register_colocated_records('bad')},
+		qr/ERROR:  42809: table "bad" is not usable as colocated records\nDETAIL:  (?:$detail)/,
+		"register: $case is refused");
+}
+is(query(q{SELECT string_agg(records::text, ',' ORDER BY records::text) FROM dedup_colocated_tables}),
+	'hand_claims,loyalty_claims', 'none of them was registered');
+
+# only the owner registers a table
+query(q{GRANT EXECUTE ON FUNCTION dedup_register_colocated_records(regclass) TO noprivs});
+query(q{DELETE FROM dedup_colocated_tables WHERE records = 'hand_claims'::regclass});
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE noprivs; SELECT dedup_register_colocated_records('hand_claims')},
+	qr/ERROR:  42501: must be owner of table hand_claims/,
+	'registering a table of another role is refused');
+query(q{ALTER TABLE hand_claims OWNER TO noprivs});
+($ret, $out) = $coordinator->psql('postgres',
+	q{SET ROLE noprivs; SELECT dedup_register_colocated_records('hand_claims')});
+is($ret . $out, '0hand_claims', 'its owner registers it, with EXECUTE and no privilege on the registry');
 
 done_testing();
