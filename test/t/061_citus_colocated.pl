@@ -16,7 +16,11 @@
 #     dedup_claim_many does on one node; dedup_seen_routed;
 #     dedup_forget_routed (true, then false; the id is claimed again);
 #  3. two sessions claiming one id: the second waits for the first, and
-#     exactly one gets true;
+#     exactly one gets true; under REPEATABLE READ and SERIALIZABLE the
+#     answers of test/isolation/specs/claim-repeatable-read.spec and
+#     claim-serializable.spec on one node (40001 after a wait for a claim
+#     that commits, or for one committed after the snapshot; true after a
+#     rollback; false for one committed before the snapshot);
 #  4. after citus_move_shard_placement of the shard holding a claimed id,
 #     and after a rebalance: still a duplicate, and claims keep working;
 #  5. counters: dedup_stats counts the routed claims and duplicates;
@@ -217,6 +221,100 @@ my $second = $s2->query_safe('COMMIT');
 like($second, qr/^f$/m, 'and then gets false: exactly one true');
 $s1->quit;
 $s2->quit;
+
+# Under REPEATABLE READ and SERIALIZABLE, the permutations of
+# claim-repeatable-read.spec and claim-serializable.spec that involve a
+# claim only.  A step's result is its output and the SQLSTATE of its error.
+sub step
+{
+	my ($session, $sql) = @_;
+	$session->{stderr} = '';
+	my $out = $session->query($sql);
+	my @codes = $session->{stderr} =~ /ERROR:  ([0-9A-Z]{5}):/g;
+	return join(' ', grep { $_ ne '' } $out, map { "ERROR $_" } @codes);
+}
+# Start a step that waits for a lock on a worker; step($session, '') later
+# gives its result.
+sub step_waits
+{
+	my ($session, $sql) = @_;
+	$session->{stderr} = '';
+	$session->query_until(qr/started/, "\\echo started\n$sql;\n");
+	return $coordinator->poll_query_until('postgres', q{
+SELECT sum(result::int) > 0 FROM run_command_on_workers(
+  $$SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'$$)});
+}
+for my $level ('REPEATABLE READ', 'SERIALIZABLE')
+{
+	my ($l) = $level =~ /^(\w)/;
+	my $n = 0;
+	my ($claim, $snap);
+	my $next = sub {
+		$n++;
+		$claim = "SELECT dedup_claim_routed('loyalty_claims', '6', 'iso', '$l-$n')";
+		$snap = "SELECT count(*) FROM loyalty_claims WHERE route = 6 AND message_id = '$l-$n'";
+	};
+	my ($i1, $i2) = map {
+		my $s = $coordinator->background_psql('postgres', on_error_stop => 0);
+		$s->query_safe('\set VERBOSITY verbose');
+		$s
+	} (1, 2);
+	my $begin = "BEGIN ISOLATION LEVEL $level";
+
+	# s2's snapshot predates s1's claim; s2 waits for it; s1 commits: 40001
+	$next->();
+	step($_, $begin) for ($i1, $i2);
+	is(step($i1, $claim), 't', "$level: s1 claims");
+	is(step($i2, $snap), '0', "$level: s2 takes its snapshot on the worker");
+	ok(step_waits($i2, $claim), "$level: s2's claim waits for s1's");
+	step($i1, 'COMMIT');
+	is(step($i2, ''), 'ERROR 40001',
+		"$level: s1 commits: s2 gets a serialization failure (40001)");
+	step($i2, 'ROLLBACK');
+
+	# the same wait ending in s1's rollback: s2 gets the claim
+	$next->();
+	step($_, $begin) for ($i1, $i2);
+	step($i1, $claim);
+	step($i2, $snap);
+	ok(step_waits($i2, $claim), "$level: s2 waits again");
+	step($i1, 'ROLLBACK');
+	is(step($i2, ''), 't', "$level: s1 rolls back: s2 claims (true)");
+	step($i2, 'COMMIT');
+	is(query(qq{SELECT dedup_seen_routed('loyalty_claims', '6', 'iso', '$l-$n')}),
+		't', "$level: s2's claim is kept");
+
+	# s1's claim commits after s2's snapshot, before s2 claims: no wait, 40001
+	$next->();
+	step($_, $begin) for ($i1, $i2);
+	step($i1, $claim);
+	step($i2, $snap);
+	step($i1, 'COMMIT');
+	is(step($i2, $claim), 'ERROR 40001',
+		"$level: committed after s2's snapshot: 40001 without a wait");
+	step($i2, 'ROLLBACK');
+
+	# a claim committed before s2's snapshot: a plain duplicate
+	$next->();
+	step($i1, $begin);
+	step($i1, $claim);
+	step($i1, 'COMMIT');
+	step($i2, $begin);
+	is(step($i2, $snap), '1', "$level: s2's snapshot sees s1's claim");
+	is(step($i2, $claim), 'f', "$level: committed before s2's snapshot: false");
+	step($i2, 'COMMIT');
+
+	# BEGIN alone takes no snapshot (here, on no worker): a plain duplicate
+	$next->();
+	step($i2, $begin);
+	step($i1, $begin);
+	step($i1, $claim);
+	step($i1, 'COMMIT');
+	is(step($i2, $claim), 'f',
+		"$level: s2's first statement, after s1 committed, is a duplicate");
+	step($i2, 'COMMIT');
+	$_->quit for ($i1, $i2);
+}
 
 ###############################################################################
 note('4. shard moves and rebalances');
