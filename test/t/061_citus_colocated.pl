@@ -37,6 +37,9 @@
 #     hand of exactly the shape; what it refuses (not the owner, a local or
 #     reference table, distributed by another column, columns, primary
 #     key, indexes, the default of processed_at);
+#  9. a worker down before the commit: the commit fails, nothing is kept
+#     once it is back, and the redelivery is claimed and applied once; a
+#     worker down at the claim: the claim fails (never false or NULL).
 #
 use strict;
 use warnings;
@@ -135,6 +138,23 @@ BEGIN;
 SELECT dedup_claim_routed('loyalty_claims', '$customer', 'loyalty-service', '$message');
 UPDATE loyalty SET points = points + 1 WHERE customer_id = $customer;
 $end;
+});
+}
+
+# the consumer's transaction, for another consumer: the work only when
+# claimed; prints the claim's answer
+sub consume_as
+{
+	my ($customer, $consumer, $message) = @_;
+	return $coordinator->psql(
+		'postgres', qq{
+BEGIN;
+SELECT dedup_claim_routed('loyalty_claims', '$customer', '$consumer', '$message') AS claimed \\gset
+\\if :claimed
+UPDATE loyalty SET points = points + 1 WHERE customer_id = $customer;
+\\endif
+COMMIT;
+\\echo :claimed
 });
 }
 
@@ -597,5 +617,45 @@ query(q{ALTER TABLE hand_claims OWNER TO noprivs});
 ($ret, $out) = $coordinator->psql('postgres',
 	q{SET ROLE noprivs; SELECT dedup_register_colocated_records('hand_claims')});
 is($ret . $out, '0hand_claims', 'its owner registers it, with EXECUTE and no privilege on the registry');
+
+###############################################################################
+note('9. a worker down');
+
+# a customer whose shard is on worker1
+my $worker = $workers[0];
+my $customer = query(qq{
+SELECT c FROM generate_series(10, 20) c
+  JOIN pg_dist_placement pl ON pl.shardid = get_shard_id_for_distribution_column('loyalty_claims', c)
+  JOIN pg_dist_node n USING (groupid)
+ WHERE n.nodeport = } . $worker->port . q{ ORDER BY c LIMIT 1});
+isnt($customer, '', "customer $customer has its shard on worker1");
+my $points = query(qq{SELECT points FROM loyalty WHERE customer_id = $customer});
+
+my $down = $coordinator->background_psql('postgres', on_error_stop => 0);
+$down->query_safe('\set VERBOSITY verbose');
+step($down, 'BEGIN');
+is(step($down, qq{SELECT dedup_claim_routed('loyalty_claims', '$customer', 'down-svc', 'd-1')}),
+	't', 'claimed');
+step($down, qq{UPDATE loyalty SET points = points + 1 WHERE customer_id = $customer});
+$worker->stop('immediate');
+like(step($down, 'COMMIT'), qr/ERROR/, 'worker1 stopped before the COMMIT: the commit fails');
+note("the commit's error: $down->{stderr}");
+$down->quit;
+
+$coordinator->psql_fails_like('postgres',
+	qq{SELECT dedup_claim_routed('loyalty_claims', '$customer', 'down-svc', 'd-1')},
+	qr/ERROR:  /, 'worker1 down at the claim: the claim fails');
+
+$worker->start;
+is(query(qq{SELECT dedup_seen_routed('loyalty_claims', '$customer', 'down-svc', 'd-1')}),
+	'f', 'worker1 back: the claim was not kept');
+is(query(qq{SELECT points FROM loyalty WHERE customer_id = $customer}), $points,
+	'nor the update');
+($ret, $out, $err) = consume_as($customer, 'down-svc', 'd-1');
+is($ret . $out, '0t', 'the redelivery is claimed');
+($ret, $out, $err) = consume_as($customer, 'down-svc', 'd-1');
+is($out, 'f', 'once');
+is(query(qq{SELECT points FROM loyalty WHERE customer_id = $customer}), $points + 1,
+	'and applied once');
 
 done_testing();
