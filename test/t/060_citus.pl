@@ -12,7 +12,9 @@
 #     remote commands: PREPARE TRANSACTION, COMMIT PREPARED), so a crash or a
 #     failed commit of the coordinator cannot keep the update and lose the
 #     claim (a serialization failure at the coordinator's commit rolls both
-#     back); without a claim it still uses one-phase commit;
+#     back); without a claim it still uses one-phase commit; claims by
+#     offset (stream_positions, local too) commit with two-phase commit
+#     the same way;
 #  2. on a worker every function that reads or writes the worker's own
 #     table, which no distributed query reads, is refused: the claims,
 #     try/many, seen, forget, offsets, the sweep and the views;
@@ -104,6 +106,31 @@ is($coordinator->safe_psql('postgres',
 is($workers[0]->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts')
 	  . $workers[1]->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'),
 	'00', 'no prepared transaction is left on the workers');
+
+# claims by offset: stream_positions stays local too (a partition's position
+# spans messages of many keys, on many shards), so the same two-phase commit
+for my $claim (
+	q{SELECT dedup_claim_offset('loyalty-service', 'orders', 0, 1)},
+	q{SELECT dedup_claim_offsets('loyalty-service', 'orders', 0, ARRAY[2, 3])})
+{
+	($ret, $out, $err) = $coordinator->psql(
+		'postgres', qq{
+SET citus.log_remote_commands = on;
+SET client_min_messages = log;
+BEGIN;
+$claim;
+UPDATE loyalty SET points = points + 1 WHERE customer_id = 'CUS-3';
+COMMIT;
+});
+	like($ret . $out, qr/^0(?:t|\{t,t\})$/, "$claim and an update commit");
+	like($err, qr/issuing PREPARE TRANSACTION.*issuing COMMIT PREPARED/s,
+		"$claim: two-phase commit of the worker");
+	unlike($err, qr/issuing COMMIT\b(?! PREPARED)/,
+		"$claim: no one-phase commit");
+}
+is($coordinator->safe_psql('postgres',
+		q{SELECT committed_offset FROM stream_positions WHERE consumer_name = 'loyalty-service' AND stream = 'orders'}),
+	'3', 'the position is on the coordinator');
 
 # the claim made before any distributed statement, in a transaction that
 # then writes to both workers: still two-phase
