@@ -640,6 +640,34 @@ routed_execute(ColocatedTable *table, RoutedStatement kind, Datum *values,
 }
 
 /*
+ * The entry points of one key (records, route, consumer, message_id):
+ * claim, seen and forget.  Check what checks asks for besides the key, run
+ * the statement kind (a claim counted as one), and say whether it found or
+ * wrote a row.
+ */
+static bool
+routed_one_key(FunctionCallInfo fcinfo, RoutedStatement kind,
+			   const char *name, int checks)
+{
+	ColocatedTable *table = routed_begin(fcinfo, name, psprintf("%s()", name),
+										 ROUTED_KEY | checks);
+	bool		claim = kind == ROUTED_CLAIM;
+	Datum		values[3];
+	uint64		rows;
+
+	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
+	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
+	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rows = routed_execute(table, kind, values,
+						  claim ? PG_GETARG_TEXT_PP(2) : NULL, claim ? 1 : 0,
+						  claim);
+	SPI_finish();
+	return rows > 0;
+}
+
+/*
  * dedup_claim_routed(records regclass, route text, consumer text,
  * message_id text) RETURNS boolean
  *
@@ -651,21 +679,8 @@ routed_execute(ColocatedTable *table, RoutedStatement kind, Datum *values,
 Datum
 dedup_claim_routed(PG_FUNCTION_ARGS)
 {
-	ColocatedTable *table = routed_begin(fcinfo, "dedup_claim_routed",
-										 "dedup_claim_routed()",
-										 ROUTED_KEY | ROUTED_WRITES | ROUTED_CLAIMANT);
-	Datum		values[3];
-	uint64		rows;
-
-	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
-	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
-	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	rows = routed_execute(table, ROUTED_CLAIM, values, PG_GETARG_TEXT_PP(2),
-						  1, true);
-	SPI_finish();
-	PG_RETURN_BOOL(rows > 0);
+	PG_RETURN_BOOL(routed_one_key(fcinfo, ROUTED_CLAIM, "dedup_claim_routed",
+								  ROUTED_WRITES | ROUTED_CLAIMANT));
 }
 
 /* bytewise order of keys, as claim.c's batches are claimed */
@@ -811,20 +826,8 @@ dedup_claim_routed_many(PG_FUNCTION_ARGS)
 Datum
 dedup_seen_routed(PG_FUNCTION_ARGS)
 {
-	ColocatedTable *table = routed_begin(fcinfo, "dedup_seen_routed",
-										 "dedup_seen_routed()",
-										 ROUTED_KEY | ROUTED_CLAIMANT);
-	Datum		values[3];
-	uint64		rows;
-
-	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
-	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
-	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	rows = routed_execute(table, ROUTED_SEEN, values, NULL, 0, false);
-	SPI_finish();
-	PG_RETURN_BOOL(rows > 0);
+	PG_RETURN_BOOL(routed_one_key(fcinfo, ROUTED_SEEN, "dedup_seen_routed",
+								  ROUTED_CLAIMANT));
 }
 
 /*
@@ -840,21 +843,11 @@ dedup_seen_routed(PG_FUNCTION_ARGS)
 Datum
 dedup_forget_routed(PG_FUNCTION_ARGS)
 {
-	ColocatedTable *table = routed_begin(fcinfo, "dedup_forget_routed",
-										 "dedup_forget_routed()",
-										 ROUTED_KEY | ROUTED_WRITES);
-	Datum		values[3];
-	uint64		rows;
+	bool		found = routed_one_key(fcinfo, ROUTED_FORGET,
+									   "dedup_forget_routed", ROUTED_WRITES);
 
-	values[0] = route_value(table, PG_GETARG_TEXT_PP(1));
-	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
-	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	rows = routed_execute(table, ROUTED_FORGET, values, NULL, 0, false);
-	SPI_finish();
-	dedup_audit_forget(PG_GETARG_TEXT_PP(2), PG_GETARG_TEXT_PP(3), rows > 0);
-	PG_RETURN_BOOL(rows > 0);
+	dedup_audit_forget(PG_GETARG_TEXT_PP(2), PG_GETARG_TEXT_PP(3), found);
+	PG_RETURN_BOOL(found);
 }
 
 /*
