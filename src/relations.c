@@ -516,7 +516,7 @@ typedef enum RelationsLoad
 {
 	RELATIONS_LOADED,
 	RELATIONS_NO_EXTENSION,
-	RELATIONS_GONE				/* a table was dropped while we waited for it */
+	RELATIONS_GONE				/* dropped while we looked, or waited for a lock */
 } RelationsLoad;
 
 static RelationsLoad
@@ -538,12 +538,23 @@ relations_load(DedupRelations *rels)
 	rels->retention = member_table(rels->extension, rels->schema,
 								   "dedup_retention");
 	if (!OidIsValid(rels->messages) || !OidIsValid(rels->retention))
+	{
+		Oid			schema;
+
+		/*
+		 * A DROP EXTENSION that committed since the extension was found
+		 * (the lookups above may have taken its invalidations) is not a
+		 * missing table: look again
+		 */
+		if (extension_lookup(&schema) != rels->extension)
+			return RELATIONS_GONE;
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("table \"%s\" of extension \"dedup\" is missing",
 					   OidIsValid(rels->messages) ? "dedup_retention" : "processed_messages"),
 				errdetail("It is not in the extension's schema, or it is no longer a member of the extension."),
 				errhint("Restore it, or drop and create the extension again."));
+	}
 	/* dedup_consumer_roles exists from version 1.1 on, as fingerprint */
 	rels->consumer_roles = member_table(rels->extension, rels->schema,
 										"dedup_consumer_roles");
