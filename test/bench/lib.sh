@@ -68,15 +68,17 @@ calc() { awk "BEGIN { print $* }"; }
 # rate EXPR: EXPR rounded to an integer (rows/s, tps)
 rate() { awk "BEGIN { printf \"%.0f\\n\", $* }"; }
 
-# pg_rate SCRIPT [PGOPTIONS]: one pgbench run of test/bench/SCRIPT (prepared
-# statements, BENCH_CLIENTS clients and threads, BENCH_SECONDS seconds or in
-# smoke mode BENCH_SMOKE_TX transactions per client); prints its TPS
+# pg_rate SCRIPT [PGOPTIONS]: one pgbench run of test/bench/SCRIPT or of the
+# absolute path SCRIPT (prepared statements, BENCH_CLIENTS clients and
+# threads, BENCH_SECONDS seconds or in smoke mode BENCH_SMOKE_TX transactions
+# per client); prints its TPS
 pg_rate() {
 	local script=$1 opts=${2:-} out tps
+	[[ $script == /* ]] || script=$BENCH_DIR/$script
 	local len=(-T "$BENCH_SECONDS")
 	[ "$BENCH_SMOKE" = 0 ] || len=(-t "$BENCH_SMOKE_TX")
 	if ! out=$(PGOPTIONS="$opts" pgbench -n -M prepared "${len[@]}" \
-		-c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" -f "$BENCH_DIR/$script" 2>&1); then
+		-c "$BENCH_CLIENTS" -j "$BENCH_CLIENTS" -f "$script" 2>&1); then
 		echo "pgbench -f $script failed:" >&2
 		echo "$out" | tail -n 5 >&2
 		return 1

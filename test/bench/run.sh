@@ -26,6 +26,9 @@
 #                          stability; soak.csv and soak.png (soak_plot.py).
 #                          Runs last: it changes settings (put back at its end)
 #                          and leaves processed_messages empty
+#   13         floors.sh   leaner layouts as plain SQL (one key index, a digest
+#                          key, no index, an empty write transaction) next to
+#                          the seeds' table, dedup and Redis; WAL bytes per key
 #   lib.sh: measuring and bookkeeping; report.py: the table, results.csv/.json
 #
 # Absolute numbers on a shared machine mean little; compare ratios.  Exits
@@ -114,6 +117,7 @@ fi
 . "$BENCH_DIR/growth.sh"
 . "$BENCH_DIR/streams.sh"
 . "$BENCH_DIR/soak.sh"
+. "$BENCH_DIR/floors.sh"
 
 mkdir -p "$BENCH_OUT"
 BENCH_WORK=$(mktemp -d /tmp/dedup-bench-work.XXXXXX)
@@ -138,6 +142,7 @@ echo "== $(psql_v 'SELECT version()' | cut -d, -f1); dedup $(psql_v "SELECT extv
 ! rows_wanted 9 || bench_sweep_during
 ! rows_wanted 10 || bench_growth
 ! rows_wanted 11 || bench_streams
+! rows_wanted 13 || bench_floors
 ! rows_wanted 12 || bench_soak	# last: see soak.sh
 
 python3 "$BENCH_DIR/report.py" "$BENCH_OUT" \

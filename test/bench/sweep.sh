@@ -8,7 +8,11 @@
 # processed_at < cutoff on a copy of the same rows; largest/smallest ratios
 # (linear = about 1) and sweep rate / single-claim rate; the worker also with
 # dedup.sweep_busy_share = 100 (never yielding, as before 1.2: on an idle
-# server the two should not differ).  (9) single-claim TPS while the worker
+# server the two should not differ).  The worker's sweeps of row 8 do not
+# VACUUM (dedup.sweep_vacuum_threshold = 0), as neither the function nor the
+# DELETE does; (8V) the largest backlog once more at the default threshold:
+# the seconds until the sweep is over, its VACUUM included, next to the
+# seconds of its deletes.  (9) single-claim TPS while the worker
 # sweeps a freshly loaded backlog at the default settings (yielding to the
 # claims), (9b) paced (dedup.sweep_batch_delay), (9c) never yielding
 # (dedup.sweep_busy_share = 100, the full speed of 1.1), vs on the same
@@ -87,6 +91,22 @@ sweep_with_worker() {	# ROWS [SHARE]: with dedup.sweep_busy_share = SHARE
 	check_swept processed_messages
 	psql_q -c "VACUUM processed_messages"
 	rate "${s[1]} / ${s[0]}"
+}
+# sweep_and_vacuum ROWS: load a backlog of ROWS, let the worker sweep it
+# with its VACUUM after (the default threshold); records the seconds of the
+# whole sweep (sweep_vacuum_ROWS) and of a sweep without VACUUM from row 8's
+# rate (sweep_deletes_ROWS)
+sweep_and_vacuum() {
+	backlog processed_messages "$1"
+	local since s
+	server_conf dedup.sweep_vacuum_threshold
+	since=$(worker_wake)
+	read -r -a s <<<"$(worker_wait "$since")"
+	server_conf dedup.sweep_vacuum_threshold=0
+	[ "${s[2]}" = done ] || { echo "worker sweep ended '${s[2]}'" >&2; return 1; }
+	check_swept processed_messages
+	record "sweep_vacuum_$1" "${s[0]}"
+	record "sweep_deletes_$1" "$(calc "$1 / $(stats "sweep_worker_$1" | cut -d' ' -f1)")"
 }
 sweep_with_delete() {
 	backlog sweep_copy "$1"
@@ -177,6 +197,7 @@ bench_sweep() {
 
 	section "8. sweep scaling: backlogs of ${BENCH_SWEEP_SIZES} rows, $BENCH_SWEEP_ROUNDS round(s)"
 	worker_on_request
+	server_conf dedup.sweep_vacuum_threshold=0
 	local rounds_saved=$BENCH_ROUNDS
 	BENCH_ROUNDS=$BENCH_SWEEP_ROUNDS
 	for n in "${sizes[@]}"; do
@@ -186,7 +207,9 @@ bench_sweep() {
 		arm "sweep_delete_$n" sweep_with_delete "$n"
 		rounds "sweep_fn_$n" "sweep_worker_$n" "sweep_worker_full_$n" "sweep_delete_$n"
 	done
-	server_conf dedup.sweep_busy_share
+	echo "   8V: the worker's sweep of $last rows followed by its VACUUM"
+	sweep_and_vacuum "$last"
+	server_conf dedup.sweep_busy_share dedup.sweep_vacuum_threshold
 	BENCH_ROUNDS=$rounds_saved
 	for n in "${sizes[@]}"; do
 		result "8 $n" "sweep $n expired rows: dedup_sweep()" rows/s \
@@ -197,6 +220,9 @@ bench_sweep() {
 			"dedup.sweep_busy_share = 100" "sweep_worker_full_$n" "worker, defaults" "sweep_worker_$n" \
 			"idle server: about 1"
 	done
+	result 8V "worker sweep of $last rows: with its VACUUM (the default) vs its deletes alone" s \
+		"deletes (row 8)" "sweep_deletes_$last" "deletes + VACUUM" "sweep_vacuum_$last" \
+		"dedup.sweep_max_duration bounds the deletes, not the VACUUM"
 	result 8L "linearity: dedup_sweep() rows/s, $last vs $first rows" rows/s \
 		"at $first" "sweep_fn_$first" "at $last" "sweep_fn_$last" "linear = about 1"
 	result 8L "linearity: worker rows/s, $last vs $first rows" rows/s \
