@@ -21,21 +21,12 @@
 
 FLOOR_LAYOUTS=(seeds text_key digest heap)
 
-# floor_tables: the layouts' tables, empty
-floor_tables() {
-	psql_q -c "DROP TABLE IF EXISTS floor_seeds, floor_text_key, floor_digest, floor_heap" \
-		-c "CREATE TABLE floor_seeds (consumer_name text NOT NULL, message_id text NOT NULL,
-				processed_at timestamptz NOT NULL DEFAULT now(),
-				PRIMARY KEY (consumer_name, message_id))" \
-		-c "CREATE INDEX ON floor_seeds (processed_at)" \
-		-c "CREATE TABLE floor_text_key (LIKE floor_seeds INCLUDING DEFAULTS,
-				PRIMARY KEY (consumer_name, message_id))" \
-		-c "CREATE TABLE floor_digest (key uuid PRIMARY KEY, LIKE floor_seeds INCLUDING DEFAULTS)" \
-		-c "CREATE TABLE floor_heap (LIKE floor_seeds INCLUDING DEFAULTS)"
-}
+# floor_tables: the layouts' tables (floor_tables.sql, which
+# instructions.sh uses too), empty
+floor_tables() { psql_q -f "$BENCH_DIR/floor_tables.sql"; }
 
 # floor_insert LAYOUT KEYS: the INSERT of LAYOUT for the message ids of the
-# SQL set expression KEYS (column k)
+# SQL set expression KEYS (column k); instructions.sh sources this file for it
 floor_insert() {
 	local cols="consumer_name, message_id" vals="'bench', k" conflict=" ON CONFLICT DO NOTHING"
 	case $1 in

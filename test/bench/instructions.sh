@@ -19,7 +19,11 @@
 # (dedup_claim against INSERT ... ON CONFLICT DO NOTHING), the same with
 # dedup.track_claims off, and batches of 100 new keys (dedup_claim_many
 # against INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING
-# RETURNING).  Needs valgrind and an installed dedup (test/setup.sh).
+# RETURNING); then benchmark row 13's leaner layouts as plain SQL (floors.sh:
+# one text key, a uuid digest key, no index, an empty write transaction),
+# single keys and batches, against the seeds' table (text primary key and a
+# processed_at index) and next to dedup.  Needs valgrind and an installed
+# dedup (test/setup.sh).
 set -euo pipefail
 
 SMOKE=0
@@ -32,6 +36,8 @@ PG_MAJOR=${PG_MAJOR:-15}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/floors.sh"	# floor_insert, FLOOR_LAYOUTS
 work=$(mktemp -d /tmp/dedup-instructions.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 as_owner() {
@@ -59,6 +65,7 @@ keys() { awk -v from="$1" -v to="$2" 'BEGIN { for (i = from; i <= to; i++) print
 	echo "CREATE TABLE plain_messages (LIKE processed_messages INCLUDING ALL);"
 	echo "INSERT INTO processed_messages (consumer_name, message_id) SELECT 'dup', 'd' || g FROM generate_series(1, $((2 * KEYS))) g;"
 	echo "INSERT INTO plain_messages (consumer_name, message_id) SELECT 'dup', 'd' || g FROM generate_series(1, $((2 * KEYS))) g;"
+	grep -v '^--' "$here/floor_tables.sql"
 	echo "VACUUM ANALYZE;"
 	echo "CHECKPOINT;"
 } | single "$work/template"
@@ -67,7 +74,7 @@ keys() { awk -v from="$1" -v to="$2" 'BEGIN { for (i = from; i <= to; i++) print
 # script WORKLOAD N: the statements of a run with N keys: one prepared
 # statement, executed with new keys, recorded keys, or batches of 100 new keys
 script() {
-	local workload=$1 n=$2 type=text statement ids=new
+	local workload=$1 n=$2 type=text statement ids=new layout
 	local plain="INSERT INTO plain_messages (consumer_name, message_id)"
 	case $workload in
 	claim_new | counters_off) statement="SELECT dedup_claim('bench', \$1)" ;;
@@ -77,6 +84,10 @@ script() {
 	claim_many) type='text[]' statement="SELECT dedup_claim_many('bench', \$1)" ids=batches ;;
 	plain_many) type='text[]' ids=batches \
 		statement="$plain SELECT 'bench', k FROM unnest(\$1) k ON CONFLICT DO NOTHING RETURNING message_id" ;;
+	floor_xact) statement="SELECT pg_current_xact_id(), \$1" ;;
+	floor_*_many) type='text[]' ids=batches layout=${workload#floor_} \
+		statement=$(floor_insert "${layout%_many}" "unnest(\$1) k") ;;
+	floor_*) statement=$(floor_insert "${workload#floor_}" "(VALUES (\$1)) v (k)") ;;
 	esac
 	echo "PREPARE w($type) AS $statement;"
 	case $ids in
@@ -115,17 +126,29 @@ per_key() {
 }
 
 echo "== instructions per key (callgrind), $KEYS and $((2 * KEYS)) keys per run, $("$PG_BIN/postgres" --version)"
-printf '%-36s %12s %12s %7s\n' "workload" "baseline" "dedup" "ratio"
+printf '%-42s %12s %12s %7s\n' "workload" "baseline" "dedup" "ratio"
 row() {
 	local what=$1 base=$2 dedup=$3
-	printf '%-36s %12d %12d %7s\n' "$what" "$base" "$dedup" \
+	printf '%-42s %12d %12d %7s\n' "$what" "$base" "$dedup" \
 		"$(awk -v d="$dedup" -v b="$base" 'BEGIN { printf "%.3f", d / b }')"
 }
 claim_new=$(per_key claim_new)
 row "single claim, new keys" "$(per_key plain_new)" "$claim_new"
 if [ $SMOKE = 0 ]; then
 	row "single claim, recorded keys" "$(per_key plain_dup)" "$(per_key claim_dup)"
-	row "batch of 100 new keys (per key)" "$(per_key plain_many)" "$(per_key claim_many)"
+	claim_many=$(per_key claim_many)
+	row "batch of 100 new keys (per key)" "$(per_key plain_many)" "$claim_many"
 	row "claim counters: off (base) vs on" "$(per_key counters_off -c dedup.track_claims=off)" "$claim_new"
+	echo "== leaner layouts (plain SQL) against the seeds' table (text primary key, processed_at index)"
+	seeds=$(per_key floor_seeds)
+	row "single new key: dedup_claim" "$seeds" "$claim_new"
+	for layout in "${FLOOR_LAYOUTS[@]:1}" xact; do
+		row "single new key: floor_$layout" "$seeds" "$(per_key "floor_$layout")"
+	done
+	seeds=$(per_key floor_seeds_many)
+	row "batch of 100 (per key): dedup_claim_many" "$seeds" "$claim_many"
+	for layout in "${FLOOR_LAYOUTS[@]:1}"; do
+		row "batch of 100 (per key): floor_$layout" "$seeds" "$(per_key "floor_${layout}_many")"
+	done
 fi
 echo "(ratio = dedup / baseline: below 1 is fewer instructions than the baseline)"
