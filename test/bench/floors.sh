@@ -7,6 +7,8 @@
 # of text, an index on processed_at; the baseline of the "leaner claim"
 # target):
 #   text key   the same table without the processed_at index
+#   C key      the same, its text columns in collation "C" (the database's
+#              default collation otherwise)
 #   digest     a uuid primary key, md5 of consumer and id (computed in SQL,
 #              so a little dearer than a digest computed in C), the text
 #              columns kept beside it, no other index
@@ -14,12 +16,12 @@
 #   xact       a transaction that stores nothing: an xid and its commit
 # The last two are what PostgreSQL's write path costs without any unique
 # check: no claim that keeps a durable, transactional record in a heap can
-# cost less.  13a-13e single keys, 13f-13j batches of 100 keys, 13k-13m
-# batches against Redis SET NX pipelined (row 5's comparison; skipped
-# without Redis), 13n-13r WAL bytes per key (one client; no noise changes
-# them).  The tables are dropped at the end.
+# cost less.  Rows "13s LAYOUT": single keys; "13b LAYOUT": batches of 100
+# keys; "13r LAYOUT": the batches against Redis SET NX pipelined (row 5's
+# comparison; skipped without Redis); "13w LAYOUT": WAL bytes per key (one
+# client; no noise changes them).  The tables are dropped at the end.
 
-FLOOR_LAYOUTS=(seeds text_key digest heap)
+FLOOR_LAYOUTS=(seeds text_key c_key digest heap)
 
 # floor_tables: the layouts' tables (floor_tables.sql, which
 # instructions.sh uses too), empty
@@ -71,28 +73,34 @@ wal_per_key() {
 	psql_v "SELECT round(pg_wal_lsn_diff('$after', '$before') / ($n * $2))"
 }
 
+# floor_label LAYOUT: what a layout (or claim, xact) is, in the report
+floor_label() {
+	case $1 in
+	claim) echo "dedup" ;;
+	text_key) echo "one text key, no time index" ;;
+	c_key) echo "one text key in collation C, no time index" ;;
+	digest) echo "one uuid digest key, no time index" ;;
+	heap) echo "a table without index" ;;
+	xact) echo "a write transaction storing nothing" ;;
+	esac
+}
+
 bench_floors() {
 	section "13. leaner layouts and PostgreSQL's floors: plain SQL into the seeds' table, one key index, a digest key, no index, an empty write transaction"
 	floor_tables
 	floor_scripts
-	local layout w=$BENCH_WORK
+	local layout w=$BENCH_WORK single=() batch=() wal=()
 	for layout in "${FLOOR_LAYOUTS[@]}" xact; do
 		arm "floor_$layout" pg_rate "$w/floor_$layout.sql"
 		arm "floor_${layout}_many" keys_rate "$w/floor_${layout}_many.sql"
+		single+=("floor_$layout")
+		batch+=("floor_${layout}_many")
 	done
 	arm floor_claim pg_rate claim_insert.sql
-	rounds floor_seeds floor_claim floor_text_key floor_digest floor_heap floor_xact
-	local seeds="INSERT into the seeds' table"
-	result 13a "single new key: dedup_claim (target: 1.3)" tps "$seeds" floor_seeds dedup_claim floor_claim
-	result 13b "single new key: one text key, no time index" tps "$seeds" floor_seeds "INSERT, text key" floor_text_key
-	result 13c "single new key: one uuid digest key, no time index" tps "$seeds" floor_seeds "INSERT, digest key" floor_digest
-	result 13d "single new key: a table without index" tps "$seeds" floor_seeds "INSERT, no index" floor_heap
-	result 13e "an empty write transaction (xid + commit)" tps "$seeds" floor_seeds "xid + commit" floor_xact
-
-	local batch=(floor_seeds_many floor_text_key_many floor_digest_many floor_heap_many floor_xact_many)
+	single=(floor_seeds floor_claim "${single[@]:1}")
 	if have_claim_many; then
 		arm floor_claim_many keys_rate claim_many.sql
-		batch+=(floor_claim_many)
+		batch=(floor_seeds_many floor_claim_many "${batch[@]:1}")
 	fi
 	local redis=
 	if redis_available; then
@@ -101,31 +109,32 @@ bench_floors() {
 		arm floor_redis redis_rate "$redis" "$(redis_requests "$redis")"
 		batch+=(floor_redis)
 	fi
+	rounds "${single[@]}"
 	rounds "${batch[@]}"
-	seeds="INSERT unnest into the seeds' table"
-	if have_claim_many; then
-		result 13f "batch of 100: dedup_claim_many" keys/s "$seeds" floor_seeds_many dedup_claim_many floor_claim_many
-	else
-		skip 13f "batch of 100: dedup_claim_many" "not available: dedup_claim_many(text, text[]) does not exist in this build"
-	fi
-	result 13g "batch of 100: one text key" keys/s "$seeds" floor_seeds_many "text key" floor_text_key_many
-	result 13h "batch of 100: one uuid digest key" keys/s "$seeds" floor_seeds_many "digest key" floor_digest_many
-	result 13i "batch of 100: a table without index" keys/s "$seeds" floor_seeds_many "no index" floor_heap_many
-	result 13j "batch of 100: an empty write transaction" "keys/s" "$seeds" floor_seeds_many "xid + commit" floor_xact_many \
-		"100 keys built, none stored"
-	if [ -n "$redis" ] && have_claim_many; then
-		result 13k "batch of 100: dedup_claim_many vs Redis (target: 1.0)" "ops/s | keys/s" \
-			"Redis SET NX, none" floor_redis dedup_claim_many floor_claim_many
-	fi
-	if [ -n "$redis" ]; then
-		result 13l "batch of 100: one text key vs Redis" "ops/s | keys/s" \
-			"Redis SET NX, none" floor_redis "text key" floor_text_key_many
-		result 13m "batch of 100: a table without index vs Redis" "ops/s | keys/s" \
-			"Redis SET NX, none" floor_redis "no index" floor_heap_many
-	else
-		skip 13k "batches vs Redis" "not available: redis-server/redis-benchmark are not installed (run as root to install them)"
-	fi
+	# 13s: single keys, 13b: batches of 100 (the claim's target: 1.3 and,
+	# against Redis, 1.0), 13r: batches against Redis
+	for layout in "${single[@]:1}"; do
+		layout=${layout#floor_}
+		result "13s $layout" "single new key: $(floor_label "$layout")" tps \
+			"INSERT into the seeds' table" floor_seeds "$layout" "floor_$layout" \
+			"$([ "$layout" != claim ] || echo "target: 1.3")"
+	done
+	for layout in "${batch[@]:1}"; do
+		layout=${layout#floor_}
+		layout=${layout%_many}
+		[ "$layout" != redis ] || continue
+		result "13b $layout" "batch of 100: $(floor_label "$layout")" keys/s \
+			"INSERT unnest into the seeds' table" floor_seeds_many "$layout" "floor_${layout}_many" \
+			"$([ "$layout" != xact ] || echo "100 keys built, none stored")"
+		[ -z "$redis" ] || [ "$layout" = xact ] ||
+			result "13r $layout" "batch of 100 vs Redis: $(floor_label "$layout")" "ops/s | keys/s" \
+				"Redis SET NX, none" floor_redis "$layout" "floor_${layout}_many" \
+				"$([ "$layout" != claim ] || echo "target: 1.0")"
+	done
+	[ -n "$redis" ] ||
+		skip 13r "batches vs Redis" "not available: redis-server/redis-benchmark are not installed (run as root to install them)"
 
+	# 13w: WAL bytes per key, single keys and (claim_many) batches
 	server_conf full_page_writes=off
 	for layout in "${FLOOR_LAYOUTS[@]}"; do
 		record "wal_$layout" "$(wal_per_key "$w/floor_$layout.sql" 1)"
@@ -134,12 +143,11 @@ bench_floors() {
 	record wal_claim_many "$(wal_per_key "$BENCH_DIR/claim_many.sql" 100)"
 	record wal_seeds_many "$(wal_per_key "$w/floor_seeds_many.sql" 100)"
 	server_conf full_page_writes
-	seeds="the seeds' table"
-	result 13n "WAL bytes per single new key: dedup_claim" bytes "$seeds" wal_seeds dedup_claim wal_claim
-	result 13o "WAL bytes per single new key: one text key" bytes "$seeds" wal_seeds "text key" wal_text_key
-	result 13p "WAL bytes per single new key: one uuid digest key" bytes "$seeds" wal_seeds "digest key" wal_digest
-	result 13q "WAL bytes per single new key: a table without index" bytes "$seeds" wal_seeds "no index" wal_heap
-	result 13r "WAL bytes per key, batches of 100: dedup_claim_many" bytes "$seeds" wal_seeds_many \
-		dedup_claim_many wal_claim_many
-	psql_q -c "DROP TABLE floor_seeds, floor_text_key, floor_digest, floor_heap"
+	for layout in claim "${FLOOR_LAYOUTS[@]:1}"; do
+		result "13w $layout" "WAL bytes per single new key: $(floor_label "$layout")" bytes \
+			"the seeds' table" wal_seeds "$layout" "wal_$layout"
+	done
+	result "13w claim_many" "WAL bytes per key, batches of 100: dedup" bytes \
+		"the seeds' table" wal_seeds_many claim_many wal_claim_many
+	psql_q -c "DROP TABLE floor_seeds, floor_text_key, floor_c_key, floor_digest, floor_heap"
 }

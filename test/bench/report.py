@@ -65,7 +65,7 @@ def main():
                       w_dedup, side(r, "dedup"), ratio, r["note"]))
     print()
     print("ratio = dedup median / baseline median (for 8L and 10b: larger size / smaller size;"
-          " for 8R: sweep rows/s / claim tps; for 5 and 13k-13m: dedup or the layout / Redis; for a row of one series,"
+          " for 8R: sweep rows/s / claim tps; for 5 and 13r: dedup or the layout / Redis; for a row of one series,"
           " 12c: the figure its note names);"
           " performance targets are reported, not asserted")
 
