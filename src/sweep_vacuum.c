@@ -61,6 +61,7 @@
 #include "guc.h"
 #include "relations.h"
 #include "sweep_vacuum.h"
+#include "sweeper_state.h"
 
 /* autovacuum's pace, for the sweeper's VACUUM (where it has one) */
 static void
@@ -152,6 +153,7 @@ dedup_sweep_vacuum(void)
 	}
 
 	sweep_vacuum_set_costs();
+	dedup_sweeper_vacuuming();
 	pgstat_report_activity(STATE_RUNNING, "dedup sweep: vacuuming processed_messages");
 
 	/* what must outlive vacuum()'s commits */

@@ -400,7 +400,8 @@ dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
 
 	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
 	slot = database_slot(dboid, false);
-	if (slot->last_outcome == DEDUP_SWEEP_RUNNING)
+	if (slot->last_outcome == DEDUP_SWEEP_RUNNING ||
+		slot->last_outcome == DEDUP_SWEEP_VACUUMING)
 	{
 		slot->last_outcome = DEDUP_SWEEP_FAILED;
 		strlcpy(slot->last_error, "sweeper exited before finishing",
@@ -440,6 +441,7 @@ dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
 			break;
 		case DEDUP_SWEEP_NONE:
 		case DEDUP_SWEEP_RUNNING:
+		case DEDUP_SWEEP_VACUUMING:
 		case DEDUP_SWEEP_FAILED:
 			shift = Min(slot->failures, MAX_BACKOFF_SHIFT);
 			slot->failures++;
@@ -544,6 +546,18 @@ dedup_sweeper_progress(uint64 rows)
 }
 
 /*
+ * This sweeper's deletes are over (last_rows is final) and it starts to
+ * VACUUM what they left: the view says so until the sweep's outcome.
+ */
+void
+dedup_sweeper_vacuuming(void)
+{
+	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+	my_slot->last_outcome = DEDUP_SWEEP_VACUUMING;
+	LWLockRelease(sweeper_state->lock);
+}
+
+/*
  * This sweeper found no dedup in its database, and is about to look for
  * prepared transactions there: the database's mark of a prepared wake-up is
  * cleared, and returned.  Cleared first, so that a PREPARE marking it while
@@ -636,6 +650,8 @@ outcome_name(DedupSweepOutcome outcome)
 			break;
 		case DEDUP_SWEEP_RUNNING:
 			return "running";
+		case DEDUP_SWEEP_VACUUMING:
+			return "vacuuming";
 		case DEDUP_SWEEP_FAILED:
 			return "failed";
 		case DEDUP_SWEEP_DONE:

@@ -19,6 +19,7 @@ typedef enum DedupSweepOutcome
 {
 	DEDUP_SWEEP_NONE,			/* never swept */
 	DEDUP_SWEEP_RUNNING,		/* started, no outcome yet */
+	DEDUP_SWEEP_VACUUMING,		/* deletes over, vacuuming what they left */
 	DEDUP_SWEEP_FAILED,			/* error, or the sweeper died */
 	DEDUP_SWEEP_DONE,			/* every expired row deleted */
 	DEDUP_SWEEP_PARTIAL,		/* stopped early: time limit, DDL, a locked row */
@@ -51,6 +52,7 @@ extern bool dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
 /* the sweeper of one database */
 extern bool dedup_sweeper_attach(Oid dboid, TimestampTz start);
 extern void dedup_sweeper_progress(uint64 rows);
+extern void dedup_sweeper_vacuuming(void);
 extern bool dedup_sweeper_take_prepared_wake(void);
 extern void dedup_sweeper_prepared_found(bool marked, int nprepared,
 										 TimestampTz oldest);

@@ -58,7 +58,7 @@ worker_wait() {
 		line=$(psql_v "SELECT extract(epoch FROM last_sweep_end - last_sweep_start), last_sweep_rows, last_sweep_outcome
 			FROM dedup_sweeper WHERE last_sweep_start >= '$since'::timestamptz")
 		case "$want:${line##*|}" in
-		running:running|running:done|running:partial|over:done|over:partial)
+		running:running|running:vacuuming|running:done|running:partial|over:done|over:partial)
 			echo "$line" | tr '|' ' '
 			return 0 ;;
 		*:failed)

@@ -18,6 +18,8 @@
 #     vacuum;
 #  5. the VACUUM goes at autovacuum's pace (autovacuum_vacuum_cost_delay
 #     and autovacuum_vacuum_cost_limit), and pg_stat_activity shows it;
+#     (5b) so does the dedup_sweeper view: last_sweep_outcome 'vacuuming',
+#     with the sweep's deletes counted, then 'done';
 #  6. a DROP DATABASE (without FORCE) issued while the sweeper vacuums
 #     succeeds: the launcher cancels the VACUUM (which would otherwise run
 #     for longer than the 5 s DROP DATABASE waits for sessions to leave),
@@ -152,6 +154,24 @@ is($seen, 'VacuumDelay',
 is($node->wait_sweep_after('db1', $since), 'done', 'db1: that sweep is done');
 # (not all of the dead rows: the watching transaction held them back)
 is((split /\|/, vacuum_stats())[0], $count0 + 1, 'it vacuumed');
+
+###############################################################################
+note('5b. the dedup_sweeper view while the sweeper vacuums');
+
+# the same slow VACUUM, watched through the view alone (one source, so that
+# the VACUUM cannot end between two readings)
+($since, $seen) = $node->watch_sweep(
+	'db1', q{
+SELECT last_sweep_outcome || '|' || last_sweep_rows FROM dedup_sweeper
+ WHERE last_sweep_outcome = 'vacuuming' AND sweeper_pid IS NOT NULL}, qq{
+INSERT INTO processed_messages
+SELECT 'e2', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
+  FROM generate_series(1, 2000) i
+UNION ALL VALUES ('e2', 'latest', $L)});
+is($seen, 'vacuuming|2000',
+	'dedup_sweeper: "vacuuming" while the sweeper vacuums, its deletes counted');
+is($node->wait_sweep_after('db1', $since), 'done',
+	'dedup_sweeper: then "done"');
 
 ###############################################################################
 note('6. DROP DATABASE while the sweeper vacuums');
