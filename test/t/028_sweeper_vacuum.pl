@@ -47,18 +47,24 @@ SELECT vacuum_count || '|' || n_dead_tup FROM pg_stat_user_tables
  WHERE relid = 'processed_messages'::regclass};
 sub vacuum_stats { return $node->safe_psql('db1', $vacuum_stats_sql); }
 
-# 1000 claims in the window of consumer 'keep', 2000 expired ones of $consumer
+# 1000 claims in the window of consumer 'keep'; 2000 expired ones of $consumer
+# (and its latest claim): expired_sql, add_expired
 $node->safe_psql('db1', qq{
 INSERT INTO processed_messages
 SELECT 'keep', 'k' || i, $L FROM generate_series(1, 1000) i});
-sub add_expired
+sub expired_sql
 {
 	my ($consumer) = @_;
-	$node->safe_psql('db1', qq{
+	return qq{
 INSERT INTO processed_messages
 SELECT '$consumer', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
   FROM generate_series(1, 2000) i
-UNION ALL VALUES ('$consumer', 'latest', $L)});
+UNION ALL VALUES ('$consumer', 'latest', $L)};
+}
+sub add_expired
+{
+	my ($consumer) = @_;
+	$node->safe_psql('db1', expired_sql($consumer));
 	return;
 }
 
@@ -144,11 +150,7 @@ my ($since, $seen) = $node->watch_sweep(
 SELECT wait_event FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper' AND datname = 'db1'
    AND query = 'dedup sweep: vacuuming processed_messages'
-   AND wait_event = 'VacuumDelay'}, qq{
-INSERT INTO processed_messages
-SELECT 'e', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
-  FROM generate_series(1, 2000) i
-UNION ALL VALUES ('e', 'latest', $L)});
+   AND wait_event = 'VacuumDelay'}, expired_sql('e'));
 is($seen, 'VacuumDelay',
 	'pg_stat_activity shows the sweeper vacuuming, in its cost delay');
 is($node->wait_sweep_after('db1', $since), 'done', 'db1: that sweep is done');
@@ -163,11 +165,7 @@ note('5b. the dedup_sweeper view while the sweeper vacuums');
 ($since, $seen) = $node->watch_sweep(
 	'db1', q{
 SELECT last_sweep_outcome || '|' || last_sweep_rows FROM dedup_sweeper
- WHERE last_sweep_outcome = 'vacuuming' AND sweeper_pid IS NOT NULL}, qq{
-INSERT INTO processed_messages
-SELECT 'e2', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
-  FROM generate_series(1, 2000) i
-UNION ALL VALUES ('e2', 'latest', $L)});
+ WHERE last_sweep_outcome = 'vacuuming' AND sweeper_pid IS NOT NULL}, expired_sql('e2'));
 is($seen, 'vacuuming|2000',
 	'dedup_sweeper: "vacuuming" while the sweeper vacuums, its deletes counted');
 is($node->wait_sweep_after('db1', $since), 'done',
