@@ -45,24 +45,22 @@ floor_insert() {
 # (floor_LAYOUT.sql: keys random like claim_insert.sql) and batches of 100
 # (floor_LAYOUT_many.sql: built like claim_many.sql), in BENCH_WORK
 floor_scripts() {
-	local layout one='(VALUES (:id::text)) v (k)'
-	local many='unnest(ARRAY(SELECT (random() * 1000000000)::bigint::text FROM generate_series(1, 100))::text[]) k'
+	local layout rand='\set id random(1, 1000000000)'
+	local keys100='ARRAY(SELECT (random() * 1000000000)::bigint::text FROM generate_series(1, 100))'
 	for layout in "${FLOOR_LAYOUTS[@]}"; do
-		printf '\\set id random(1, 1000000000)\n%s;\n' "$(floor_insert "$layout" "$one")" \
+		printf '%s\n%s;\n' "$rand" "$(floor_insert "$layout" '(VALUES (:id::text)) v (k)')" \
 			>"$BENCH_WORK/floor_$layout.sql"
-		printf '%s;\n' "$(floor_insert "$layout" "$many")" >"$BENCH_WORK/floor_${layout}_many.sql"
+		printf '%s;\n' "$(floor_insert "$layout" "unnest($keys100::text[]) k")" \
+			>"$BENCH_WORK/floor_${layout}_many.sql"
 	done
-	printf '\\set id random(1, 1000000000)\nSELECT pg_current_xact_id(), :id::text;\n' \
-		>"$BENCH_WORK/floor_xact.sql"
-	printf 'SELECT pg_current_xact_id(), %s;\n' \
-		"ARRAY(SELECT (random() * 1000000000)::bigint::text FROM generate_series(1, 100))" \
-		>"$BENCH_WORK/floor_xact_many.sql"
+	printf '%s\nSELECT pg_current_xact_id(), :id::text;\n' "$rand" >"$BENCH_WORK/floor_xact.sql"
+	printf 'SELECT pg_current_xact_id(), %s;\n' "$keys100" >"$BENCH_WORK/floor_xact_many.sql"
 }
 
 # wal_per_key SCRIPT KEYS_PER_TX: WAL bytes per key of SCRIPT (a path under
 # BENCH_DIR or BENCH_WORK), one client, BENCH_SMOKE_TX or 2000 transactions;
-# run with full_page_writes off, so that the records of each
-# layout are compared, not when a checkpoint happened to come
+# bench_floors calls it with full_page_writes off, so that the records of
+# each layout are compared, not when a checkpoint happened to come
 wal_per_key() {
 	local n=2000 before after
 	[ "$BENCH_SMOKE" = 0 ] || n=$BENCH_SMOKE_TX
@@ -86,10 +84,10 @@ floor_label() {
 }
 
 bench_floors() {
-	section "13. leaner layouts and PostgreSQL's floors: plain SQL into the seeds' table, one key index, a digest key, no index, an empty write transaction"
+	section "13. leaner layouts and PostgreSQL's floors: plain SQL into the seeds' table, one key index (default collation, C), a digest key, no index, an empty write transaction"
 	floor_tables
 	floor_scripts
-	local layout w=$BENCH_WORK single=() batch=() wal=()
+	local layout w=$BENCH_WORK single=() batch=()
 	for layout in "${FLOOR_LAYOUTS[@]}" xact; do
 		arm "floor_$layout" pg_rate "$w/floor_$layout.sql"
 		arm "floor_${layout}_many" keys_rate "$w/floor_${layout}_many.sql"

@@ -20,7 +20,8 @@
 # dedup.track_claims off, and batches of 100 new keys (dedup_claim_many
 # against INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING
 # RETURNING); then benchmark row 13's leaner layouts as plain SQL (floors.sh:
-# one text key, a uuid digest key, no index, an empty write transaction),
+# one text key, the same in collation C, a uuid digest key, no index, an
+# empty write transaction),
 # single keys and batches, against the seeds' table (text primary key and a
 # processed_at index) and next to dedup.  Needs valgrind and an installed
 # dedup (test/setup.sh).

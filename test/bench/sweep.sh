@@ -93,16 +93,15 @@ sweep_with_worker() {	# ROWS [SHARE]: with dedup.sweep_busy_share = SHARE
 	rate "${s[1]} / ${s[0]}"
 }
 # sweep_and_vacuum ROWS: load a backlog of ROWS, let the worker sweep it
-# with its VACUUM after (the default threshold); records the seconds of the
-# whole sweep (sweep_vacuum_ROWS) and of a sweep without VACUUM from row 8's
-# rate (sweep_deletes_ROWS)
+# with its VACUUM after (the default threshold, which stays for the rows
+# after row 8); records the seconds of the whole sweep (sweep_vacuum_ROWS)
+# and of a sweep without VACUUM from row 8's rate (sweep_deletes_ROWS)
 sweep_and_vacuum() {
 	backlog processed_messages "$1"
 	local since s
 	server_conf dedup.sweep_vacuum_threshold
 	since=$(worker_wake)
 	read -r -a s <<<"$(worker_wait "$since")"
-	server_conf dedup.sweep_vacuum_threshold=0
 	[ "${s[2]}" = done ] || { echo "worker sweep ended '${s[2]}'" >&2; return 1; }
 	check_swept processed_messages
 	record "sweep_vacuum_$1" "${s[0]}"
