@@ -82,10 +82,17 @@ SELECT * FROM public_privileges ORDER BY 1, 2;
 SELECT dedup_claim('gone', 'evt-1'), dedup_retire_consumer('gone') AS records_retired;
 DROP EXTENSION dedup;
 
--- every other path to 1.2: from 1.0, and a fresh install
+-- every other path to 1.3: from 1.0, from 1.2, and a fresh install
 CREATE EXTENSION dedup VERSION '1.0';
 ALTER EXTENSION dedup UPDATE TO '1.1';
 ALTER EXTENSION dedup UPDATE TO '1.2';
+ALTER EXTENSION dedup UPDATE TO '1.3';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+SELECT * FROM public_privileges ORDER BY 1, 2;
+DROP EXTENSION dedup;
+
+CREATE EXTENSION dedup VERSION '1.2';
+ALTER EXTENSION dedup UPDATE TO '1.3';
 SELECT * FROM foreign_uses ORDER BY 1, 2;
 SELECT * FROM public_privileges ORDER BY 1, 2;
 DROP EXTENSION dedup;

@@ -1,6 +1,6 @@
 #
-# 016_upgrade.pl: ALTER EXTENSION dedup UPDATE from 1.0 to 1.1 and 1.2 keeps every
-# record, window, counter and claimant mapping, and leaves 1.1 and 1.2 working.
+# 016_upgrade.pl: ALTER EXTENSION dedup UPDATE from 1.0 to 1.1, 1.2 and 1.3 keeps
+# every record, window, counter and claimant mapping, and leaves each version working.
 #
 # A database gets dedup 1.0 (with the current library: 1.0's SQL objects must
 # keep working with it), claims, duplicates, windows and a consumer kept
@@ -106,6 +106,18 @@ is($node->safe_psql('postgres', q{SELECT string_agg(claimant::text, ' ') FROM de
 	'pg_monitor', '1.2: the mapping kept');
 is($node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1.2'), dedup_claim('orders', 'o-1.2')}),
 	't|f', '1.2: claims');
+
+# and on to 1.3: everything kept again
+($rows, $windows) = map { $node->safe_psql('postgres', $_) } ($rows_query, $windows_query);
+$counters = $node->safe_psql('postgres', $counters_query);
+$node->safe_psql('postgres', q{ALTER EXTENSION dedup UPDATE TO '1.3'});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
+	'1.3', 'updated to 1.3');
+is($node->safe_psql('postgres', $rows_query),     $rows,     '1.3: every record kept');
+is($node->safe_psql('postgres', $windows_query),  $windows,  '1.3: every window kept');
+is($node->safe_psql('postgres', $counters_query), $counters, '1.3: every counter kept');
+is($node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1.3'), dedup_claim('orders', 'o-1.3')}),
+	't|f', '1.3: claims');
 
 # the sweeper sweeps the upgraded database: 'orders' rows older than its
 # window go, 'audit' (forever) keeps even its 10-year-old row

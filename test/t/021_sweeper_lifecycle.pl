@@ -50,7 +50,7 @@ SKIP:
 			'postgres', q{
 SELECT module_name || ' ' || version FROM pg_get_loaded_modules()
  WHERE file_name = 'dedup.so'}),
-		'dedup 1.2',
+		'dedup 1.3',
 		'PG 18: the loaded module reports its name and version (PG_MODULE_MAGIC_EXT)');
 }
 
