@@ -7,10 +7,11 @@
 # owner, a role that can only connect, and a superuser (the control).
 #
 #   - The members come from the catalog: pg_depend deptype 'e' on dedup's
-#     pg_extension row (a table's or a view's row type, which 17 and later
-#     list too, goes with its relation), the settings from pg_settings.  A
-#     member without its rows fails, with the rows to add printed; a row
-#     naming no member fails too.
+#     pg_extension row (but for the row types of its tables and views and
+#     array types, which 17 and later list too and which have no privileges
+#     of their own), the settings from pg_settings.  A member without its
+#     rows fails, with the rows to add printed; a row naming no member, or
+#     an action its kind does not have, fails too.
 #   - Each role logs in as itself (a psql session of its own, so that
 #     session_user is the role) and runs every row, each in a transaction
 #     rolled back: a function's sample from the file, for the other kinds a
@@ -20,9 +21,9 @@
 #     in the file's format, to compare.
 #
 # The file's header says what allowed and denied mean.  dedup is installed
-# by a superuser, as README "Install" says, in schema public (which the
-# database owner owns): every role reaches each object's own privileges, the
-# schema is no barrier.
+# by a superuser, as README "Install" says, in schema public ($schema below),
+# which every role may use and the database owner owns: each role reaches
+# each object's own privileges, the schema is no barrier.
 #
 use strict;
 use warnings;
@@ -142,7 +143,8 @@ SELECT CASE
   LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
  WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
    AND e.extname = 'dedup'
-   AND coalesce(t.typrelid, 0) = 0   -- not a relation's row type
+   -- not a relation's row type, nor an array type (17 and later list both)
+   AND NOT coalesce(t.typrelid <> 0 OR t.typcategory = 'A', false)
  UNION ALL
 SELECT 'setting', name FROM pg_settings WHERE name LIKE 'dedup.%'
  ORDER BY 1, 2});
@@ -237,7 +239,7 @@ sub verdict
 	return undef unless defined $sqlstate;
 	return 'allowed' if $sqlstate eq '00000';
 	return 'denied' if $sqlstate eq '42501';
-	return undef if $sqlstate =~ /^(42|25P02|57014|XX|08)/;
+	return undef if $sqlstate =~ /^(42|25P02|55P03|57014|XX|08)/;
 	return 'allowed' if $kind eq 'function';
 	return 'denied' if $sqlstate =~ /^(55P02|55000)$/;
 	return undef;
