@@ -64,6 +64,9 @@ CREATE ROLE gate_ops LOGIN;
 CREATE ROLE gate_connect LOGIN;
 CREATE DATABASE $db OWNER gate_owner;
 });
+# the claim functions as README "Let the application claim", "A whole
+# batch", "Catch a reused id", "Operating positions" and "Records colocated
+# with the business rows" grant them; "Maintenance roles" for ops
 $node->safe_psql($db, qq{
 SET ROLE gate_super;
 CREATE EXTENSION dedup SCHEMA $schema;
