@@ -595,7 +595,7 @@ stats_log_eviction(const StatsKey *key, int evicted, bool answered)
 						   evicted,
 						   evicted, dedup_quote_literal(key->consumer),
 						   dedup_quote_literal(get_database_name(key->dboid))),
-			 errdetail("All %d entries (dedup.max_consumers) were in use, in all databases; each consumer without one evicts the least used: fewest recent calls, then least recently active.",
+			 errdetail("All %d entries (dedup.max_consumers) were in use, in all databases; each consumer without one evicts the least used: fewest calls, older ones weighing less, then least recently active.",
 					   dedup_max_consumers),
 			 errhint("Raise dedup.max_consumers.")));
 }
