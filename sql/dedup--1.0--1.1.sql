@@ -12,12 +12,13 @@
 /*
  * Before anything changes: no object that this script creates may already
  * be in the extension's schema without being dedup's.  Whoever may create
- * in that schema (on PostgreSQL 15 the database owner owns public) could
- * have planted one; the script would fail on it halfway, or bind it.  The
- * error names the object and its owner.  Each line of the list is a kind
- * and a name, one for every object created below: a table, view or type
- * collides with a relation or a type of its name, an index with a relation,
- * a function with one of its argument types (schema-qualified, no spaces).
+ * in that schema (since PostgreSQL 15 the database owner owns public) could
+ * have planted one, and the script would stop at it with PostgreSQL's own
+ * error, which says neither whose it is nor what to do; this one names the
+ * object and its owner.  Each line of the list is a kind and a name, one
+ * for every object created below: a table, view or type collides with a
+ * relation or a type of its name, an index with a relation, a function
+ * with one of the same argument types (schema-qualified, no spaces).
  * Everything is looked up schema-qualified, nothing through search_path.
  */
 DO LANGUAGE plpgsql $guard$
