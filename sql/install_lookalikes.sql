@@ -83,11 +83,59 @@ SELECT * FROM public_privileges ORDER BY 1, 2;
 SELECT dedup_claim('gone', 'evt-1'), dedup_retire_consumer('gone') AS records_retired;
 DROP EXTENSION dedup;
 
+-- The guard at the top of each upgrade script names every object that the
+-- script creates: what became a member of the extension in an update (but
+-- a table's row type and an array type, members on 17 and later), less
+-- what the guard of its script names, is nothing; and everything it names
+-- exists afterwards.
+CREATE TEMP TABLE members_then (classid oid, objid oid);
+CREATE FUNCTION pg_temp.unguarded(script text) RETURNS SETOF text
+LANGUAGE sql AS $$
+WITH e AS (
+	SELECT x.oid, x.extnamespace::regnamespace::text AS nsp
+	  FROM pg_extension x WHERE x.extname = 'dedup'),
+listed AS (
+	SELECT m[1] || ' ' || m[2] AS object,
+		   CASE m[1] WHEN 'function' THEN 'pg_proc'::regclass
+					 WHEN 'type' THEN 'pg_type'::regclass
+					 ELSE 'pg_class'::regclass END AS classid,
+		   CASE m[1] WHEN 'function' THEN to_regprocedure(e.nsp || '.' || m[2])::oid
+					 WHEN 'type' THEN to_regtype(e.nsp || '.' || m[2])::oid
+					 ELSE to_regclass(e.nsp || '.' || m[2])::oid END AS objid
+	  FROM e, regexp_matches(
+				pg_read_file((SELECT setting FROM pg_config WHERE name = 'SHAREDIR')
+							 || '/extension/dedup--' || script || '.sql'),
+				'''(table|view|index|type|function) ([^'' ]+)''', 'g') AS m)
+SELECT 'not in the guard: ' || pg_describe_object(d.classid, d.objid, 0)
+  FROM pg_depend d
+  JOIN e ON d.refobjid = e.oid
+  LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND (t.oid IS NULL OR (t.typrelid = 0 AND t.typcategory <> 'A'))
+   AND (d.classid, d.objid) NOT IN (SELECT classid, objid FROM members_then)
+   AND (d.classid, d.objid) NOT IN (SELECT classid, objid FROM listed WHERE objid IS NOT NULL)
+UNION ALL
+SELECT 'in the guard, not created: ' || object FROM listed WHERE objid IS NULL
+$$;
+CREATE TEMP VIEW member_oids AS
+SELECT d.classid, d.objid
+  FROM pg_depend d
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'dedup'
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e';
+
 -- every other path to 1.3: from 1.0, from 1.2, and a fresh install
 CREATE EXTENSION dedup VERSION '1.0';
+INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.1';
+SELECT * FROM pg_temp.unguarded('1.0--1.1');
+TRUNCATE members_then;
+INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.2';
+SELECT * FROM pg_temp.unguarded('1.1--1.2');
+TRUNCATE members_then;
+INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.3';
+SELECT * FROM pg_temp.unguarded('1.2--1.3');
 SELECT * FROM foreign_uses ORDER BY 1, 2;
 SELECT * FROM public_privileges ORDER BY 1, 2;
 DROP EXTENSION dedup;
