@@ -84,10 +84,12 @@ SELECT dedup_claim('gone', 'evt-1'), dedup_retire_consumer('gone') AS records_re
 DROP EXTENSION dedup;
 
 -- The guard at the top of each upgrade script names every object that the
--- script creates: what became a member of the extension in an update (but
--- a table's row type and an array type, members on 17 and later), less
--- what the guard of its script names, is nothing; and everything it names
--- exists afterwards.
+-- script creates in the extension's schema: the relations, types and
+-- functions that became members of the extension in an update (but a
+-- table's row type and an array type, members on 17 and later), less what
+-- the guard of its script names, are none; and everything it names exists
+-- afterwards.  (An event trigger is in no schema, and only a superuser can
+-- create one.)
 CREATE TEMP TABLE members_then (classid oid, objid oid);
 CREATE FUNCTION pg_temp.unguarded(script text) RETURNS SETOF text
 LANGUAGE sql AS $$
@@ -111,6 +113,7 @@ SELECT 'not in the guard: ' || pg_describe_object(d.classid, d.objid, 0)
   JOIN e ON d.refobjid = e.oid
   LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
  WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND d.classid IN ('pg_class'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
    AND (t.oid IS NULL OR (t.typrelid = 0 AND t.typcategory <> 'A'))
    AND (d.classid, d.objid) NOT IN (SELECT classid, objid FROM members_then)
    AND (d.classid, d.objid) NOT IN (SELECT classid, objid FROM listed WHERE objid IS NOT NULL)
