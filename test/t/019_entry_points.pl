@@ -21,9 +21,10 @@
 #     in the file's format, to compare.
 #
 # The file's header says what allowed and denied mean.  dedup is installed
-# by a superuser, as README "Install" says, in schema public ($schema below),
-# which every role may use and the database owner owns: each role reaches
-# each object's own privileges, the schema is no barrier.
+# by a superuser, as README "Install" says, in a schema of the superuser's
+# ($schema below); here every role gets USAGE on it, so that the schema is
+# no barrier and each role reaches each object's own privileges (README
+# grants USAGE only to the roles that use dedup).
 #
 use strict;
 use warnings;
@@ -50,7 +51,7 @@ my %actions = (
 	type => ['USAGE'],
 	setting => [ 'SET', 'ALTER ROLE SET', 'ALTER DATABASE SET' ]);
 my $db = 'gate';
-my $schema = 'public';
+my $schema = 'dedup';
 
 my $node = DedupNode->create('gate', sweeps => 'off');
 
@@ -69,8 +70,9 @@ CREATE DATABASE $db OWNER gate_owner;
 # with the business rows" grant them; "Maintenance roles" for ops
 $node->safe_psql($db, qq{
 SET ROLE gate_super;
+CREATE SCHEMA $schema;
 CREATE EXTENSION dedup SCHEMA $schema;
-GRANT USAGE ON SCHEMA $schema TO gate_app, gate_ops;
+GRANT USAGE ON SCHEMA $schema TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
 	$schema.dedup_claim(text, text), $schema.dedup_claim(text, text, bytea),
 	$schema.dedup_claim_many(text, text[]), $schema.dedup_try_claim(text, text, bytea),
