@@ -65,7 +65,8 @@ relations_invalidate(Datum arg, Oid relid)
 		return;
 	if (relid == InvalidOid ||
 		relid == cached.messages || relid == cached.retention ||
-		relid == cached.consumer_roles || relid == cached.positions)
+		relid == cached.consumer_roles || relid == cached.positions ||
+		relid == cached.colocated)
 		cached_valid = false;
 }
 
@@ -526,6 +527,7 @@ relations_load(DedupRelations *rels)
 	static const AttrNumber messages_time[] = {1, 3};
 	static const AttrNumber consumer_key[] = {1};
 	static const AttrNumber roles_key[] = {1, 2};
+	static const AttrNumber registry_key[] = {1};
 	Relation	rel;
 
 	memset(rels, 0, sizeof(DedupRelations));
@@ -623,6 +625,21 @@ relations_load(DedupRelations *rels)
 		if ((rel = try_table_open(rels->positions, AccessShareLock)) == NULL)
 			return RELATIONS_GONE;
 		rels->positions_key = check_positions(rel);
+		table_close(rel, AccessShareLock);
+	}
+
+	if (OidIsValid(rels->colocated))
+	{
+		if ((rel = try_table_open(rels->colocated, AccessShareLock)) == NULL)
+			return RELATIONS_GONE;
+		check_table(rel);
+		check_column(rel, 1, "records", REGCLASSOID);
+		check_column(rel, 2, "registered_at", TIMESTAMPTZOID);
+		if (!OidIsValid(find_index(rel, registry_key, 1, true)))
+			shape_error(rel,
+						errdetail("It has no index that keeps each records table registered once: a valid unique btree index on (records), ascending, with the default operator class, without expression or predicate, and not deferrable."),
+						errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT dedup_colocated_tables_pkey PRIMARY KEY (records).",
+								qualified_name(rel)));
 		table_close(rel, AccessShareLock);
 	}
 	return RELATIONS_LOADED;
