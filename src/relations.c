@@ -22,6 +22,30 @@
  * Dropped columns are skipped, and fingerprint is found by name: a column
  * dropped before 1.1 added it moves it past attribute number 4.
  *
+ * What each table is checked for:
+ *
+ * - processed_messages and stream_positions, which dedup writes directly:
+ *	 their columns (types, collations, NOT NULL, defaults; none added), no
+ *	 trigger, rule, CHECK constraint or row security, and their key (and
+ *	 processed_messages' time index) in the form the scans expect.
+ * - dedup_retention, dedup_consumer_roles and dedup_colocated_tables (the
+ *	 registry of colocated records tables, there without Citus too), which
+ *	 SQL statements write (the SQL functions; register_records in
+ *	 colocated.c), so that their triggers and constraints apply, and dedup
+ *	 reads directly: their columns' types and collations, and their key.
+ * - Every one: logged, and outside any inheritance tree.
+ *
+ * A unique index or exclusion constraint that a DBA adds is honoured as the
+ * statement each write stands for honours it, never silently: every one is
+ * an arbiter of a claim (INSERT ... ON CONFLICT DO NOTHING, claim_writer.c);
+ * only the key is the arbiter of a claim by offset or a position set (ON
+ * CONFLICT (consumer_name, stream, partition) DO UPDATE), of a window (ON
+ * CONFLICT (consumer_name) DO UPDATE), of a claimant allowed (ON CONFLICT
+ * (consumer_name, claimant) DO NOTHING) and of a registration (ON CONFLICT
+ * (records) DO NOTHING), and any other raises its own error there: no write
+ * to a row of another consumer, no silent "nothing to write".  So each key
+ * is required, and nothing more.
+ *
  * The OIDs are cached per backend and forgotten on any relcache
  * invalidation of one of the tables (DROP EXTENSION, ALTER EXTENSION
  * UPDATE, ALTER TABLE), and looked up again at next use.
