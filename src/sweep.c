@@ -603,8 +603,9 @@ dedup_delete_row(Relation rel, Relation index, const ScanKeyData *keys,
 		if (IsolationUsesXactSnapshot())
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not serialize access due to concurrent %s",
-							result == TM_Updated ? "update" : "delete")));
+					 result == TM_Updated ?
+					 errmsg("could not serialize access due to concurrent update") :
+					 errmsg("could not serialize access due to concurrent delete")));
 		if (result == TM_Deleted)
 			return false;
 
