@@ -5,7 +5,8 @@
 -- pg_catalog nor a member of the extension (1.1 bound
 -- dedup_retire_consumer, a SECURITY DEFINER function, to a planted
 -- dedup_forget_since(text, text)); and PUBLIC holds no privilege on any of
--- its objects.
+-- its objects.  An update that meets an object planted under a name it
+-- creates fails first, naming it, and leaves the extension as it was.
 --
 -- What the extension's objects, and what belongs to them (a view's rule, a
 -- table's defaults, constraints, indexes and triggers, an array type), use
@@ -82,11 +83,62 @@ SELECT * FROM public_privileges ORDER BY 1, 2;
 SELECT dedup_claim('gone', 'evt-1'), dedup_retire_consumer('gone') AS records_retired;
 DROP EXTENSION dedup;
 
+-- The guard at the top of each upgrade script names every object that the
+-- script creates in the extension's schema: the relations, types and
+-- functions that became members of the extension in an update (but a
+-- table's row type and an array type, members on 17 and later), less what
+-- the guard of its script names, are none; and everything it names exists
+-- afterwards.  (An event trigger is in no schema, and only a superuser can
+-- create one.)
+CREATE TEMP TABLE members_then (classid oid, objid oid);
+CREATE FUNCTION pg_temp.unguarded(script text) RETURNS SETOF text
+LANGUAGE sql AS $$
+WITH e AS (
+	SELECT x.oid, x.extnamespace::regnamespace::text AS nsp
+	  FROM pg_extension x WHERE x.extname = 'dedup'),
+listed AS (
+	SELECT m[1] || ' ' || m[2] AS object,
+		   CASE m[1] WHEN 'function' THEN 'pg_proc'::regclass
+					 WHEN 'type' THEN 'pg_type'::regclass
+					 ELSE 'pg_class'::regclass END AS classid,
+		   CASE m[1] WHEN 'function' THEN to_regprocedure(e.nsp || '.' || m[2])::oid
+					 WHEN 'type' THEN to_regtype(e.nsp || '.' || m[2])::oid
+					 ELSE to_regclass(e.nsp || '.' || m[2])::oid END AS objid
+	  FROM e, regexp_matches(
+				pg_read_file((SELECT setting FROM pg_config WHERE name = 'SHAREDIR')
+							 || '/extension/dedup--' || script || '.sql'),
+				'''(table|view|index|type|function) ([^'' ]+)''', 'g') AS m)
+SELECT 'not in the guard: ' || pg_describe_object(d.classid, d.objid, 0)
+  FROM pg_depend d
+  JOIN e ON d.refobjid = e.oid
+  LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND d.classid IN ('pg_class'::regclass, 'pg_type'::regclass, 'pg_proc'::regclass)
+   AND (t.oid IS NULL OR (t.typrelid = 0 AND t.typcategory <> 'A'))
+   AND (d.classid, d.objid) NOT IN (SELECT classid, objid FROM members_then)
+   AND (d.classid, d.objid) NOT IN (SELECT classid, objid FROM listed WHERE objid IS NOT NULL)
+UNION ALL
+SELECT 'in the guard, not created: ' || object FROM listed WHERE objid IS NULL
+$$;
+CREATE TEMP VIEW member_oids AS
+SELECT d.classid, d.objid
+  FROM pg_depend d
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'dedup'
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e';
+
 -- every other path to 1.3: from 1.0, from 1.2, and a fresh install
 CREATE EXTENSION dedup VERSION '1.0';
+INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.1';
+SELECT * FROM pg_temp.unguarded('1.0--1.1');
+TRUNCATE members_then;
+INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.2';
+SELECT * FROM pg_temp.unguarded('1.1--1.2');
+TRUNCATE members_then;
+INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.3';
+SELECT * FROM pg_temp.unguarded('1.2--1.3');
 SELECT * FROM foreign_uses ORDER BY 1, 2;
 SELECT * FROM public_privileges ORDER BY 1, 2;
 DROP EXTENSION dedup;
@@ -103,6 +155,56 @@ SELECT * FROM foreign_uses ORDER BY 1, 2;
 SELECT * FROM public_privileges ORDER BY 1, 2;
 SELECT dedup_claim('gone', 'evt-1'), dedup_retire_consumer('gone') AS records_retired;
 DROP EXTENSION dedup;
+
+-- Objects planted under the names that an update creates, by a role that
+-- may create in the schema (on 15 the database owner owns public): each
+-- update fails before it changes anything, naming the object and its
+-- owner, and the extension stays as it was; once the object is gone, the
+-- update goes through.
+CREATE ROLE regress_dedup_planter;
+CREATE TEMP VIEW members AS
+SELECT pg_describe_object(d.classid, d.objid, 0) AS object
+  FROM pg_depend d
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'dedup'
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e';
+CREATE TEMP TABLE members_before (object text);
+\set SHOW_CONTEXT never
+
+CREATE EXTENSION dedup VERSION '1.0';
+CREATE TYPE dedup_claim_status AS ENUM ('planted');
+ALTER TYPE dedup_claim_status OWNER TO regress_dedup_planter;
+ALTER EXTENSION dedup UPDATE TO '1.1';
+\echo :LAST_ERROR_SQLSTATE
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+DROP TYPE dedup_claim_status;
+ALTER EXTENSION dedup UPDATE TO '1.1';
+
+-- the issue's table, then a function with the arguments of one that 1.2 creates
+INSERT INTO members_before SELECT * FROM members;
+CREATE TABLE stream_positions (x int);
+ALTER TABLE stream_positions OWNER TO regress_dedup_planter;
+ALTER EXTENSION dedup UPDATE TO '1.2';
+\echo :LAST_ERROR_SQLSTATE
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+(SELECT * FROM members EXCEPT ALL SELECT * FROM members_before)
+UNION ALL (SELECT * FROM members_before EXCEPT ALL SELECT * FROM members);
+DROP TABLE stream_positions;
+CREATE FUNCTION dedup_claim_offsets(consumer text, stream text, partition integer,
+									message_offsets bigint[]) RETURNS boolean[]
+	LANGUAGE sql AS 'SELECT ARRAY[true]';
+ALTER FUNCTION dedup_claim_offsets(text, text, integer, bigint[]) OWNER TO regress_dedup_planter;
+ALTER EXTENSION dedup UPDATE TO '1.2';
+\echo :LAST_ERROR_SQLSTATE
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+(SELECT * FROM members EXCEPT ALL SELECT * FROM members_before)
+UNION ALL (SELECT * FROM members_before EXCEPT ALL SELECT * FROM members);
+DROP FUNCTION dedup_claim_offsets(text, text, integer, bigint[]);
+ALTER EXTENSION dedup UPDATE TO '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+DROP EXTENSION dedup;
+\set SHOW_CONTEXT errors
+DROP ROLE regress_dedup_planter;
 
 DROP FUNCTION dedup_forget_since(text, text), dedup_valid_consumer(text, varchar),
 	dedup_valid_consumer(varchar, name), dedup_valid_retention(text),

@@ -20,7 +20,10 @@
  * pg_stat_statements does: the least used entries, in all databases, are
  * evicted (stats_evict), so that consumers that claim for a moment --
  * junk names claimed in one database, say -- cannot keep the busy ones of
- * every database from being counted.  How many were evicted is counted.
+ * every database from being counted.  Usage counts calls, not keys, and
+ * decays at every eviction, so that neither one huge batch nor a consumer
+ * long gone outweighs a consumer that keeps claiming.  How many entries
+ * were evicted is counted.
  * The counters are written to pg_stat/dedup.stat at a clean shutdown and
  * read back at startup, so they survive a clean restart.  After a crash or
  * an immediate shutdown, which are followed by crash recovery, they start
@@ -84,16 +87,22 @@ PG_FUNCTION_INFO_V1(dedup_stats_reset);
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
 #define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
-#define STATS_FILE_VERSION 5
-#define STATS_FILE_VERSION_4 4	/* still read: see stats_load() */
+#define STATS_FILE_VERSION 6
+#define STATS_FILE_VERSION_5 5	/* still read: see stats_load() */
+#define STATS_FILE_VERSION_4 4
 #define STATS_FILE_VERSION_3 3
 
 /* a full table evicts this share of its entries, at least one */
 #define STATS_EVICT_PERCENT 5
+/* what each eviction leaves of every entry's usage, as pg_stat_statements */
+#define STATS_USAGE_DECAY 0.99
 
 /*
  * A consumer's counters, or, for claims by offset, those of one stream the
- * consumer reads (stream not empty) as well
+ * consumer reads (stream not empty) as well.  A claim by offset counts in
+ * both: the consumer's entry is its dedup_stats row, evicted and started
+ * again as a whole (one counters_since), never a sum of stream entries
+ * that could each be evicted on their own.
  */
 typedef struct StatsKey
 {
@@ -125,8 +134,10 @@ typedef struct StatsCounters
 	TimestampTz last_claim;
 	TimestampTz last_duplicate;
 	TimestampTz since;			/* when counting started */
-	/* last: the entries of version 3 files are the fields before it */
+	/* the entries of version 3 files are the fields before this one */
 	TimestampTz last_activity;	/* the last claim of any outcome */
+	/* last: the entries of version 4 and 5 files are the fields before it */
+	double		usage;			/* calls, decayed by evictions: stats_evict() */
 } StatsCounters;
 
 typedef struct StatsEntry
@@ -140,7 +151,7 @@ typedef struct StatsEntry
 typedef struct StatsVictim
 {
 	StatsEntry *entry;
-	int64		usage;			/* claims of any outcome */
+	double		usage;			/* its counters' usage */
 	TimestampTz last_activity;
 } StatsVictim;
 
@@ -295,11 +306,13 @@ error:
 /*
  * Read the counters a clean shutdown left, then remove the file; after a
  * crash, or when an older version of dedup wrote it in another format,
- * remove it unread.  Files of versions 3 and 4 (dedup 1.1 and 1.2 before
- * streams) are read too: their keys end before stream (none).  Where later
- * versions have the number of evicted entries, version 3 has a total of
- * claims not counted, which is dropped, and its entries end before
- * last_activity, which starts as their latest time.
+ * remove it unread.  Files of versions 3 to 5 (dedup 1.1, 1.2 before
+ * streams, 1.2) are read too: their entries end before usage, and each
+ * starts with the usage of one call; the keys of versions 3 and 4 end
+ * before stream (none).  Where later versions have the number of evicted
+ * entries, version 3 has a total of claims not counted, which is dropped,
+ * and its entries end before last_activity, which starts as their latest
+ * time.
  */
 static void
 stats_load(void)
@@ -328,8 +341,7 @@ stats_load(void)
 	if (fread(header, sizeof(header), 1, file) != 1)
 		goto error;
 	if (header[0] != STATS_FILE_MAGIC ||
-		(header[1] != STATS_FILE_VERSION && header[1] != STATS_FILE_VERSION_4 &&
-		 header[1] != STATS_FILE_VERSION_3))
+		header[1] < STATS_FILE_VERSION_3 || header[1] > STATS_FILE_VERSION)
 	{
 		ereport(LOG,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -345,12 +357,13 @@ stats_load(void)
 		fread(&count, sizeof(count), 1, file) != 1)
 		goto error;
 	if (header[1] != STATS_FILE_VERSION_3)
-	{
 		pg_atomic_write_u64(&stats_shared->evicted, evicted);
+	if (header[1] == STATS_FILE_VERSION)
 		counters_size = sizeof(StatsCounters);
-	}
-	else
+	else if (header[1] == STATS_FILE_VERSION_3)
 		counters_size = offsetof(StatsCounters, last_activity);
+	else
+		counters_size = offsetof(StatsCounters, usage);
 	for (restored = 0; restored < count; restored++)
 	{
 		StatsKey	key;
@@ -358,7 +371,7 @@ stats_load(void)
 		StatsCounters counters;
 		StatsEntry *entry;
 
-		if (header[1] == STATS_FILE_VERSION)
+		if (header[1] >= STATS_FILE_VERSION_5)
 		{
 			if (fread(&key, sizeof(key), 1, file) != 1)
 				goto error;
@@ -379,6 +392,8 @@ stats_load(void)
 			counters.last_activity = Max(counters.since,
 										 Max(counters.last_claim,
 											 counters.last_duplicate));
+		if (header[1] != STATS_FILE_VERSION)
+			counters.usage = 1.0;
 		entry = hash_search(stats_hash, &key, HASH_ENTER_NULL, NULL);
 		if (entry == NULL)
 			break;
@@ -475,15 +490,7 @@ outcome_answered(DedupClaimOutcome outcome)
 	return outcome == DEDUP_CLAIMED || outcome == DEDUP_DUPLICATE;
 }
 
-/* how much an entry was used: its claims, whatever their outcome */
-static inline int64
-stats_usage(const StatsCounters *c)
-{
-	return c->claims + c->duplicates + c->serialization_failures +
-		c->deadlocks + c->lock_timeouts + c->cancels + c->other_errors;
-}
-
-/* whether a was used less than b: fewer claims, or as many but earlier */
+/* whether a was used less than b: less usage, or as much but earlier */
 static inline bool
 victim_less_used(const StatsVictim *a, const StatsVictim *b)
 {
@@ -519,11 +526,15 @@ victims_sift_down(StatsVictim *victims, int n, int i)
 }
 
 /*
- * Make room in the full table: evict the STATS_EVICT_PERCENT least used
- * entries (at least one), in all databases -- fewest claims of any outcome
- * first, the least recently active first among equals -- and return how
- * many.  The caller holds the table's lock exclusively, so no counter
- * changes meanwhile and they are read without their spinlocks.  The
+ * Make room in the full table: decay the usage of every entry (by
+ * STATS_USAGE_DECAY), then evict the STATS_EVICT_PERCENT least used
+ * (at least one), in all databases -- least usage first, the least
+ * recently active first among equals -- and return how many.  An entry's
+ * usage is its calls, each older one weighing less by every eviction since
+ * (so the calls of a consumer that stopped fade), however many keys each
+ * claimed: one call of a huge batch weighs no more than one single claim.
+ * The caller holds the table's lock exclusively, so no counter changes
+ * meanwhile and they are read and written without their spinlocks.  The
  * candidates are kept in shared memory, not allocated: this also runs on
  * the error path of a failed claim.
  */
@@ -543,8 +554,9 @@ stats_evict(void)
 	{
 		StatsVictim candidate;
 
+		entry->counters.usage *= STATS_USAGE_DECAY;
 		candidate.entry = entry;
-		candidate.usage = stats_usage(&entry->counters);
+		candidate.usage = entry->counters.usage;
 		candidate.last_activity = entry->counters.last_activity;
 		if (n < nvictims)
 		{
@@ -583,7 +595,7 @@ stats_log_eviction(const StatsKey *key, int evicted, bool answered)
 						   evicted,
 						   evicted, dedup_quote_literal(key->consumer),
 						   dedup_quote_literal(get_database_name(key->dboid))),
-			 errdetail("All %d entries (dedup.max_consumers) were in use, in all databases; each consumer without one evicts the least used: fewest claims, then least recently active.",
+			 errdetail("All %d entries (dedup.max_consumers) were in use, in all databases; each consumer without one evicts the least used: fewest calls, older ones weighing less, then least recently active.",
 					   dedup_max_consumers),
 			 errhint("Raise dedup.max_consumers.")));
 }
@@ -691,6 +703,7 @@ dedup_stats_flush(text *consumer, text *stream, const DedupClaimTally *tally)
 	entry->counters.lock_waits += tally->lock_waits;
 	entry->counters.lock_wait_time += tally->lock_wait_time;
 	entry->counters.last_activity = now;
+	entry->counters.usage += 1.0;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(stats_shared->lock);
 

@@ -96,7 +96,7 @@ ok(!-f $file, 'a file of another format is removed at startup');
 is($node->safe_psql('postgres', $counters), '', '... unread');
 like(
 	slurp_file($node->logfile, $offset),
-	qr/LOG:  dedup claim counters start from zero: file "pg_stat\/dedup.stat" is in another format\n.*DETAIL:  Its format version is 2; this version of dedup reads versions 3 to 5\./,
+	qr/LOG:  dedup claim counters start from zero: file "pg_stat\/dedup.stat" is in another format\n.*DETAIL:  Its format version is 2; this version of dedup reads versions 3 to 6\./,
 	'... and the log says why');
 
 # a file of version 3, as dedup 1.1 wrote it: where version 4 has the number

@@ -18,7 +18,12 @@
 #     fills the table, and a consumer of another database is still counted;
 #     the least used entries give way (the least recently active among
 #     equals), a consumer with many claims survives every flood; a failed
-#     claim of a new consumer evicts too.
+#     claim of a new consumer evicts too;
+#   - usage counts calls, not keys: a flood of rolled-back calls that each
+#     claim 10000 offsets, or a batch of 10000 copies of one id, for a new
+#     junk consumer evicts the junk, and a consumer of another database
+#     with 50 claims keeps its counters; one that claimed twice and then
+#     stopped is evicted in time, as its calls age.
 #
 use strict;
 use warnings;
@@ -196,6 +201,58 @@ $holder->quit;
 is( $node->safe_psql(
 		'db2', q{SELECT claims || '/' || lock_timeouts FROM dedup_stats WHERE consumer = 'late'}),
 	'0/1', '... and is counted, with an entry evicted for it');
+
+# --- calls, not keys --------------------------------------------------------------
+
+# one call that claims 10000 keys weighs what a claim of one key does, so
+# rolled-back calls of that size for junk consumers of db1 evict each other,
+# not a consumer of db2 that claims steadily, one key at a time
+$node->safe_psql('db1', q{
+GRANT EXECUTE ON FUNCTION dedup_claim_offsets(text, text, integer, bigint[]) TO flooder;
+GRANT EXECUTE ON FUNCTION dedup_claim_many(text, text[]) TO flooder;
+});
+$node->safe_psql($_, 'SELECT dedup_stats_reset()') for qw(postgres db1 db2);
+$node->safe_psql('db2',
+	q{SELECT dedup_claim('busy', 'b-' || g) FROM generate_series(1, 50) g});
+$node->safe_psql('db2',
+	q{SELECT dedup_claim('stopped', 's-' || g) FROM generate_series(1, 2) g});
+
+# a claim by offset counts in two entries, the consumer's and its stream's:
+# 120 for 60 calls, of which 8 fill the table
+is( $node->safe_psql(
+		'db1', q{
+BEGIN;
+SELECT count(*) FROM (SELECT dedup_claim_offsets('junk-' || i, 's', 0, array_fill(0::bigint, ARRAY[10000]))
+						FROM generate_series(1, 60) i) s;
+ROLLBACK;},
+		extra_params => [ '-U', 'flooder' ]),
+	'60',
+	'a role of db1 claims 10000 offsets each for 60 junk consumers and rolls back');
+is($node->safe_psql('db2', $status),
+	'on; 112 entries evicted (dedup.max_consumers = 10 reached)',
+	'... evicting 112 entries');
+is($node->safe_psql('db2', $claims . q{'busy'}), '50',
+	'the consumer of db2 with 50 claims keeps its counters');
+is($node->safe_psql('db2', $claims . q{'stopped'}), '',
+	'... one with 2 claims and none since gives way: usage decays at every eviction');
+
+$node->safe_psql('db2',
+	q{SELECT dedup_claim('busy', 'b2-' || g) FROM generate_series(1, 10) g});
+is( $node->safe_psql(
+		'db1', q{
+BEGIN;
+SELECT count(*) FROM (SELECT dedup_claim_many('many-' || i, array_fill('x'::text, ARRAY[10000]))
+						FROM generate_series(1, 60) i) s;
+ROLLBACK;},
+		extra_params => [ '-U', 'flooder' ]),
+	'60',
+	'a batch of 10000 copies of one id each for 60 more junk consumers, rolled back');
+is($node->safe_psql('db2', $claims . q{'busy'}), '60',
+	'the consumer that goes on claiming keeps its counters');
+is( $node->safe_psql(
+		'db1',
+		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'many-%' AND claims IS NOT NULL}),
+	'9', 'the newest junk holds the rest of the table');
 
 $node->stop;
 done_testing();
