@@ -163,7 +163,7 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 
 	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
 	writer = dedup_claim_writer_begin(rel, rels->messages_key,
-									  rels->fingerprint_attnum);
+									  rels->fingerprint_attnum, false);
 	for (; done < nkeys; done++)
 	{
 		TimestampTz lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);

@@ -24,9 +24,14 @@
  * key in progress elsewhere is an answer instead of a wait.
  *
  * The claims by offset (stream_offsets.c) use the same insertion into
- * stream_positions, as INSERT ... ON CONFLICT DO UPDATE ... WHERE: a row
- * with the key is locked, as that statement locks it, and replaced if the
- * caller's test (the WHERE) says so (dedup_claim_writer_upsert).
+ * stream_positions, as INSERT ... ON CONFLICT (consumer_name, stream,
+ * partition) DO UPDATE ... WHERE: a row with the key is locked, as that
+ * statement locks it, and replaced if the caller's test (the WHERE) says so
+ * (dedup_claim_writer_upsert).  Only the key is the arbiter there, with any
+ * other unique index on exactly its columns (what the statement infers from
+ * its target): a row of another consumer that a unique index or exclusion
+ * constraint a DBA added says conflicts is that index's error, never a row
+ * to replace, nor a silent "no position".
  *
  *-------------------------------------------------------------------------
  */
@@ -64,6 +69,9 @@ struct ClaimWriter
 	ResultRelInfo *result_rel;
 	Relation	key_index;		/* the table's key */
 	List	   *indexes;		/* OIDs of all the table's indexes */
+	List	   *arbiters;		/* ON CONFLICT's arbiter indexes, found so
+								 * far; NIL: every unique index and
+								 * exclusion constraint */
 	bool		all_indexes_open;	/* or only the key, so far */
 	int			natts;			/* its attributes, dropped ones included */
 	AttrNumber	fingerprint_attnum; /* 0 before 1.1 (no fingerprint column) */
@@ -197,41 +205,78 @@ claim_writer_open_index(ClaimWriter *writer, Oid indexoid)
 }
 
 /*
+ * Is index, besides the key, an arbiter of ON CONFLICT with the key's
+ * columns as its target?  What the planner infers from that target
+ * (infer_arbiter_indexes in plancat.c): a valid unique index on exactly
+ * the key's columns, in any order, without expressions or predicate.
+ */
+static bool
+claim_writer_infers(ClaimWriter *writer, Relation index)
+{
+	Form_pg_index key = writer->key_index->rd_index;
+	Form_pg_index form = index->rd_index;
+	Bitmapset  *key_columns = NULL;
+	Bitmapset  *columns = NULL;
+
+	if (!form->indisvalid || !form->indisunique ||
+		RelationGetIndexExpressions(index) != NIL ||
+		RelationGetIndexPredicate(index) != NIL)
+		return false;
+	for (int i = 0; i < key->indnkeyatts; i++)
+		key_columns = bms_add_member(key_columns, key->indkey.values[i]);
+	for (int i = 0; i < form->indnkeyatts; i++)
+		columns = bms_add_member(columns, form->indkey.values[i]);
+	return bms_equal(key_columns, columns);
+}
+
+/*
  * Before the first insertion of the statement: open the indexes besides the
- * key, which a duplicate never needs.  Returns whether one of them is
- * unique (an index a DBA added): it is an arbiter too, so the caller must
- * look for conflicts again.
+ * key, which a duplicate never needs.  Returns whether one of them is an
+ * arbiter too (a unique index a DBA added; with the key as the target, one
+ * on exactly its columns), so that the caller must look for conflicts
+ * again.
  */
 static bool
 claim_writer_open_other_indexes(ClaimWriter *writer)
 {
 	MemoryContext oldcontext = MemoryContextSwitchTo(writer->estate->es_query_cxt);
 	ResultRelInfo *result_rel = writer->result_rel;
-	bool		unique = false;
+	bool		arbiter = false;
 	ListCell   *lc;
 
 	foreach(lc, writer->indexes)
 	{
+		int			n = result_rel->ri_NumIndices;
+
 		if (lfirst_oid(lc) == RelationGetRelid(writer->key_index))
 			continue;
 		claim_writer_open_index(writer, lfirst_oid(lc));
-		unique |= result_rel->ri_IndexRelationInfo[result_rel->ri_NumIndices - 1]->ii_Unique;
+		if (writer->arbiters == NIL)
+			arbiter |= result_rel->ri_IndexRelationInfo[n]->ii_Unique;
+		else if (claim_writer_infers(writer, result_rel->ri_IndexRelationDescs[n]))
+		{
+			writer->arbiters = lappend_oid(writer->arbiters, lfirst_oid(lc));
+			arbiter = true;
+		}
 	}
 	writer->all_indexes_open = true;
 	MemoryContextSwitchTo(oldcontext);
-	return unique;
+	return arbiter;
 }
 
 /*
  * Get ready to claim into processed_messages (rel), whose key is index
  * key_index and whose fingerprint column is fingerprint_attnum (0: none),
- * or into stream_positions (fingerprint_attnum 0).  Each claim is then one
- * dedup_claim_writer_insert() (or dedup_claim_writer_upsert()) call; the
- * caller ends with dedup_claim_writer_end(), or an error.
+ * with every unique index and exclusion constraint as an arbiter (ON
+ * CONFLICT DO NOTHING), or into stream_positions (fingerprint_attnum 0)
+ * with the key as the arbiter (key_target: ON CONFLICT on the key's
+ * columns).  Each claim is then one dedup_claim_writer_insert() (or
+ * dedup_claim_writer_upsert()) call; the caller ends with
+ * dedup_claim_writer_end(), or an error.
  */
 ClaimWriter *
 dedup_claim_writer_begin(Relation rel, Oid key_index,
-						 AttrNumber fingerprint_attnum)
+						 AttrNumber fingerprint_attnum, bool key_target)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	EState	   *estate = CreateExecutorState();
@@ -260,6 +305,8 @@ dedup_claim_writer_begin(Relation rel, Oid key_index,
 	claim_writer_open_index(writer, key_index);
 	writer->key_index = result_rel->ri_IndexRelationDescs[0];
 	writer->all_indexes_open = (nindexes == 1);
+	if (key_target)
+		writer->arbiters = list_make1_oid(key_index);
 
 	writer->estate->es_snapshot = GetActiveSnapshot();
 	writer->slot = table_slot_create(rel, NULL);
@@ -430,7 +477,7 @@ claim_writer_finish(ClaimWriter *writer)
 /*
  * Insert the row in the writer's slot unless a row with its key is there
  * already, and say what happened: the speculative insertion protocol of
- * ExecInsert for ON CONFLICT with every unique index as arbiter.
+ * ExecInsert for ON CONFLICT with the writer's arbiters.
  *
  * First look for a conflicting row: with wait, as ON CONFLICT does,
  * waiting for an in-progress inserter of the same key to finish; without,
@@ -439,7 +486,8 @@ claim_writer_finish(ClaimWriter *writer)
  * index entries; if a concurrent claim of the same key got into the unique
  * index first, the tuple is killed ("super-deleted") and the whole thing
  * starts again, now finding the other claim as a conflict, whose TID is
- * returned in *conflict_tid with CLAIM_DUPLICATE.
+ * returned in *conflict_tid with CLAIM_DUPLICATE.  A conflict in an index
+ * that is not an arbiter is that index's error, as for the statement.
  */
 static ClaimOutcome
 claim_writer_put(ClaimWriter *writer, bool wait, bool look_first,
@@ -473,7 +521,8 @@ claim_writer_put(ClaimWriter *writer, bool wait, bool look_first,
 		{
 			if (wait)
 				outcome = dedup_check_index_constraints(writer->result_rel, slot,
-														estate, conflict_tid) ?
+														estate, conflict_tid,
+														writer->arbiters) ?
 					CLAIM_CLAIMED : CLAIM_DUPLICATE;
 			else
 				outcome = claim_probe(writer, conflict_tid);
@@ -495,7 +544,7 @@ claim_writer_put(ClaimWriter *writer, bool wait, bool look_first,
 		table_tuple_insert_speculative(writer->rel, slot, estate->es_output_cid,
 									   0, NULL, token);
 		recheck = dedup_insert_index_tuples(writer->result_rel, slot, estate,
-											&spec_conflict);
+											&spec_conflict, writer->arbiters);
 		table_tuple_complete_speculative(writer->rel, slot, token,
 										 !spec_conflict);
 		SpeculativeInsertionLockRelease(xid);

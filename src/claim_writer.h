@@ -31,7 +31,8 @@ typedef struct ClaimWriter ClaimWriter;
 typedef bool (*ClaimUpdateTest) (TupleTableSlot *existing, void *arg);
 
 extern ClaimWriter *dedup_claim_writer_begin(Relation rel, Oid key_index,
-											 AttrNumber fingerprint_attnum);
+											 AttrNumber fingerprint_attnum,
+											 bool key_target);
 extern ClaimOutcome dedup_claim_writer_insert(ClaimWriter *writer,
 											  Datum consumer,
 											  Datum message_id,

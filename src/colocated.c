@@ -857,7 +857,10 @@ dedup_forget_routed(PG_FUNCTION_ARGS)
  * change of its shape, and another registration, until the transaction
  * ends: what was checked is what is registered.  The row is inserted as
  * the registry's owner, in a security-restricted operation: the caller
- * needs no privilege on the registry.
+ * needs no privilege on the registry.  Its key is the arbiter (ON CONFLICT
+ * (records) DO NOTHING): a registration that committed after this
+ * transaction's snapshot is found there, and any other unique index or
+ * exclusion constraint of the registry raises its own error.
  */
 static bool
 register_records(Oid records)
@@ -872,6 +875,7 @@ register_records(Oid records)
 	Oid			save_userid;
 	int			save_sec_context;
 	int			rc;
+	bool		registered;
 
 	if (rel == NULL)
 		ereport(ERROR,
@@ -891,7 +895,7 @@ register_records(Oid records)
 	}
 	owner = registry->rd_rel->relowner;
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s (records) VALUES ($1)",
+	appendStringInfo(&sql, "INSERT INTO %s (records) VALUES ($1) ON CONFLICT (records) DO NOTHING",
 					 quote_qualified_identifier(get_namespace_name(rels->schema),
 												RelationGetRelationName(registry)));
 	table_close(registry, AccessShareLock);
@@ -905,9 +909,10 @@ register_records(Oid records)
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "registering failed: %s", SPI_result_code_string(rc));
+	registered = (SPI_processed > 0);
 	SPI_finish();
 	pfree(sql.data);
-	return true;
+	return registered;
 }
 
 /*

@@ -46,31 +46,34 @@
 #endif
 
 /*
- * ON CONFLICT's first look for a conflict, without the row being updated
- * that 18 added for ON CONFLICT DO UPDATE
+ * ON CONFLICT's first look for a conflict through the arbiter indexes
+ * (NIL: every unique index and exclusion constraint), without the row being
+ * updated that 18 added for ON CONFLICT DO UPDATE
  */
 #if PG_VERSION_NUM >= 180000
-#define dedup_check_index_constraints(result_rel, slot, estate, conflict_tid) \
+#define dedup_check_index_constraints(result_rel, slot, estate, conflict_tid, arbiters) \
 	ExecCheckIndexConstraints((result_rel), (slot), (estate), (conflict_tid), \
-							  NULL, NIL)
+							  NULL, (arbiters))
 #else
-#define dedup_check_index_constraints(result_rel, slot, estate, conflict_tid) \
+#define dedup_check_index_constraints(result_rel, slot, estate, conflict_tid, arbiters) \
 	ExecCheckIndexConstraints((result_rel), (slot), (estate), (conflict_tid), \
-							  NIL)
+							  (arbiters))
 #endif
 
 /*
- * The index entries of a speculatively inserted tuple, in every index (16
- * can insert into the summarizing indexes only, for HOT updates)
+ * The index entries of a speculatively inserted tuple, in every index, a
+ * conflict in an arbiter (NIL: every unique index and exclusion constraint)
+ * reported in *spec_conflict, in any other index raised (16 can insert into
+ * the summarizing indexes only, for HOT updates)
  */
 #if PG_VERSION_NUM >= 160000
-#define dedup_insert_index_tuples(result_rel, slot, estate, spec_conflict) \
+#define dedup_insert_index_tuples(result_rel, slot, estate, spec_conflict, arbiters) \
 	ExecInsertIndexTuples((result_rel), (slot), (estate), false, true, \
-						  (spec_conflict), NIL, false)
+						  (spec_conflict), (arbiters), false)
 #else
-#define dedup_insert_index_tuples(result_rel, slot, estate, spec_conflict) \
+#define dedup_insert_index_tuples(result_rel, slot, estate, spec_conflict, arbiters) \
 	ExecInsertIndexTuples((result_rel), (slot), (estate), false, true, \
-						  (spec_conflict), NIL)
+						  (spec_conflict), (arbiters))
 #endif
 
 /*

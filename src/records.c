@@ -13,7 +13,10 @@
  * dedup_forget and dedup_forget_since delete records so that their messages are processed again
  * when they are redelivered -- a replay on purpose.  Every call is written
  * to the server log (audit.c).  Like the sweep, both work on the tables by
- * OID and run no SQL.
+ * OID and run no SQL, and delete each record as DELETE would
+ * (dedup_delete_row in sweep.c): waiting for a transaction that is changing
+ * it, and raising a serialization failure with REPEATABLE READ or
+ * SERIALIZABLE where another transaction deleted it after the snapshot.
  *
  *-------------------------------------------------------------------------
  */
@@ -47,17 +50,16 @@ PG_FUNCTION_INFO_V1(dedup_forget);
 PG_FUNCTION_INFO_V1(dedup_forget_since);
 
 /*
- * The TID and claim time of consumer's record of message_id that the
- * active snapshot sees, in *tid and *processed_at; false if there is none.
- * The caller has locked processed_messages.
+ * Look for consumer's record of message_id that the active snapshot sees,
+ * through index, processed_messages' key (keys: the scan keys, set here);
+ * its TID and claim time in *tid and *processed_at, and slot (of rel) left
+ * empty.  False if there is none.  The caller has locked processed_messages.
  */
 static bool
-find_record(const DedupRelations *rels, Relation rel, text *consumer,
-			text *message_id, ItemPointer tid, TimestampTz *processed_at)
+find_record(Relation rel, Relation index, ScanKey keys, TupleTableSlot *slot,
+			text *consumer, text *message_id, ItemPointer tid,
+			TimestampTz *processed_at)
 {
-	Relation	index = index_open(rels->messages_key, AccessShareLock);
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	ScanKeyData keys[2];
 	IndexScanDesc scan;
 	bool		found;
 
@@ -76,8 +78,7 @@ find_record(const DedupRelations *rels, Relation rel, text *consumer,
 		*processed_at = DatumGetTimestampTz(slot_getattr(slot, 3, &isnull));
 	}
 	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, AccessShareLock);
+	ExecClearTuple(slot);
 	return found;
 }
 
@@ -105,6 +106,9 @@ dedup_seen(PG_FUNCTION_ARGS)
 	bool		nulls[2] = {false, false};
 	const DedupRelations *rels;
 	Relation	rel;
+	Relation	index;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
 	ItemPointerData tid;
 	TimestampTz processed_at;
 	bool		seen;
@@ -116,8 +120,12 @@ dedup_seen(PG_FUNCTION_ARGS)
 
 	dedup_check_claimant(PG_GETARG_TEXT_PP(0), "dedup_seen()");
 	rel = dedup_table_open(DEDUP_MESSAGES, AccessShareLock, false, &rels);
-	seen = find_record(rels, rel, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
-					   &tid, &processed_at);
+	index = index_open(rels->messages_key, AccessShareLock);
+	slot = table_slot_create(rel, NULL);
+	seen = find_record(rel, index, keys, slot, PG_GETARG_TEXT_PP(0),
+					   PG_GETARG_TEXT_PP(1), &tid, &processed_at);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
 	table_close(rel, AccessShareLock);
 
 	values[0] = BoolGetDatum(seen);
@@ -131,13 +139,17 @@ dedup_seen(PG_FUNCTION_ARGS)
  * dedup_forget(consumer text, message_id text) RETURNS boolean
  *
  * Delete consumer's record of message_id, in the caller's transaction, so
- * that its next delivery is processed again.  True if there was one.
+ * that its next delivery is processed again, as DELETE would
+ * (dedup_delete_row).  True if there was one.
  */
 Datum
 dedup_forget(PG_FUNCTION_ARGS)
 {
 	const DedupRelations *rels;
 	Relation	rel;
+	Relation	index;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
 	ItemPointerData tid;
 	TimestampTz processed_at;
 	bool		forgotten = false;
@@ -149,15 +161,13 @@ dedup_forget(PG_FUNCTION_ARGS)
 	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
 	/* what a DELETE checks: a publication may need the rows' identity */
 	CheckCmdReplicaIdentity(rel, CMD_DELETE);
-	if (find_record(rels, rel, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
-					&tid, &processed_at))
-	{
-		TM_FailureData tmfd;
-
-		forgotten = table_tuple_delete(rel, &tid, GetCurrentCommandId(true),
-									   GetActiveSnapshot(), InvalidSnapshot,
-									   true, &tmfd, false) == TM_Ok;
-	}
+	index = index_open(rels->messages_key, AccessShareLock);
+	slot = table_slot_create(rel, NULL);
+	if (find_record(rel, index, keys, slot, PG_GETARG_TEXT_PP(0),
+					PG_GETARG_TEXT_PP(1), &tid, &processed_at))
+		forgotten = dedup_delete_row(rel, index, keys, 2, &tid, slot);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
 	table_close(rel, NoLock);
 
 	dedup_audit_forget(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), forgotten);

@@ -22,6 +22,30 @@
  * Dropped columns are skipped, and fingerprint is found by name: a column
  * dropped before 1.1 added it moves it past attribute number 4.
  *
+ * What each table is checked for:
+ *
+ * - processed_messages and stream_positions, which dedup writes directly:
+ *	 their columns (types, collations, NOT NULL, defaults; none added), no
+ *	 trigger, rule, CHECK constraint or row security, and their key (and
+ *	 processed_messages' time index) in the form the scans expect.
+ * - dedup_retention, dedup_consumer_roles and dedup_colocated_tables (the
+ *	 registry of colocated records tables, there without Citus too), which
+ *	 SQL statements write (the SQL functions; register_records in
+ *	 colocated.c), so that their triggers and constraints apply, and dedup
+ *	 reads directly: their columns' types and collations, and their key.
+ * - Every one: logged, and outside any inheritance tree.
+ *
+ * A unique index or exclusion constraint that a DBA adds is honoured as the
+ * statement each write stands for honours it, never silently: every one is
+ * an arbiter of a claim (INSERT ... ON CONFLICT DO NOTHING, claim_writer.c);
+ * only the key is the arbiter of a claim by offset or a position set (ON
+ * CONFLICT (consumer_name, stream, partition) DO UPDATE), of a window (ON
+ * CONFLICT (consumer_name) DO UPDATE), of a claimant allowed (ON CONFLICT
+ * (consumer_name, claimant) DO NOTHING) and of a registration (ON CONFLICT
+ * (records) DO NOTHING), and any other raises its own error there: no write
+ * to a row of another consumer, no silent "nothing to write".  So each key
+ * is required, and nothing more.
+ *
  * The OIDs are cached per backend and forgotten on any relcache
  * invalidation of one of the tables (DROP EXTENSION, ALTER EXTENSION
  * UPDATE, ALTER TABLE), and looked up again at next use.
@@ -65,7 +89,8 @@ relations_invalidate(Datum arg, Oid relid)
 		return;
 	if (relid == InvalidOid ||
 		relid == cached.messages || relid == cached.retention ||
-		relid == cached.consumer_roles || relid == cached.positions)
+		relid == cached.consumer_roles || relid == cached.positions ||
+		relid == cached.colocated)
 		cached_valid = false;
 }
 
@@ -526,6 +551,7 @@ relations_load(DedupRelations *rels)
 	static const AttrNumber messages_time[] = {1, 3};
 	static const AttrNumber consumer_key[] = {1};
 	static const AttrNumber roles_key[] = {1, 2};
+	static const AttrNumber registry_key[] = {1};
 	Relation	rel;
 
 	memset(rels, 0, sizeof(DedupRelations));
@@ -623,6 +649,21 @@ relations_load(DedupRelations *rels)
 		if ((rel = try_table_open(rels->positions, AccessShareLock)) == NULL)
 			return RELATIONS_GONE;
 		rels->positions_key = check_positions(rel);
+		table_close(rel, AccessShareLock);
+	}
+
+	if (OidIsValid(rels->colocated))
+	{
+		if ((rel = try_table_open(rels->colocated, AccessShareLock)) == NULL)
+			return RELATIONS_GONE;
+		check_table(rel);
+		check_column(rel, 1, "records", REGCLASSOID);
+		check_column(rel, 2, "registered_at", TIMESTAMPTZOID);
+		if (!OidIsValid(find_index(rel, registry_key, 1, true)))
+			shape_error(rel,
+						errdetail("It has no index that keeps each records table registered once: a valid unique btree index on (records), ascending, with the default operator class, without expression or predicate, and not deferrable."),
+						errhint("Restore its primary key with ALTER TABLE %s ADD CONSTRAINT dedup_colocated_tables_pkey PRIMARY KEY (records).",
+								qualified_name(rel)));
 		table_close(rel, AccessShareLock);
 	}
 	return RELATIONS_LOADED;

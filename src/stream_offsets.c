@@ -35,6 +35,11 @@
  *	 or SERIALIZABLE a position that a transaction this one cannot see has
  *	 moved is a serialization failure (40001), never a wrong answer.
  * - Savepoints and rollbacks undo a move like any other update.
+ * - Only the key is the arbiter, as the statement's target says: a unique
+ *	 index or exclusion constraint that a DBA added (on (stream, partition),
+ *	 say) is checked as the statement checks it, and a row of another
+ *	 consumer that it conflicts with is its error, never a position to
+ *	 replace or a claim answered false.
  *
  * A move changes only committed_offset and updated_at, which no index
  * covers: it is a HOT update, and the table keeps its size however many
@@ -266,7 +271,7 @@ position_set(const char *function, const PositionKey *key,
 		target = Max(target, offsets[i]);
 
 	INSTR_TIME_SET_CURRENT(start);
-	writer = dedup_claim_writer_begin(rel, rels->positions_key, 0);
+	writer = dedup_claim_writer_begin(rel, rels->positions_key, 0, true);
 	PG_TRY();
 	{
 		found = position_write(writer, key, target, answers != NULL,

@@ -13,9 +13,12 @@
  * dedup_forget_stream_positions deletes a consumer's positions, so that
  * any offset of those partitions is claimed as new again: for a consumer
  * that is gone (dedup_retire_consumer calls it), or a replay of everything
- * on purpose.  Every call is written to the server log (audit.c).  A
- * position that a claim in progress is moving is that claim's: the forget
- * waits for it and leaves its new position alone, as DELETE would.
+ * on purpose.  Every call is written to the server log (audit.c).  Each
+ * position is deleted as DELETE deletes it (dedup_delete_row in sweep.c):
+ * a position that a claim in progress is moving is waited for; in READ
+ * COMMITTED its new position is deleted once that claim commits (the
+ * position it had, if it rolls back); with REPEATABLE READ or SERIALIZABLE,
+ * a move committed after the snapshot is a serialization failure.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,6 +40,7 @@
 #include "keys.h"
 #include "relations.h"
 #include "stream_offsets.h"
+#include "sweep.h"
 
 PG_FUNCTION_INFO_V1(dedup_stream_positions);
 PG_FUNCTION_INFO_V1(dedup_forget_stream_positions);
@@ -46,6 +50,8 @@ typedef struct PositionsScan
 {
 	Relation	rel;
 	Relation	index;
+	ScanKeyData keys[2];		/* the consumer, and the stream if given */
+	int			nkeys;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;		/* the position found last */
 	LOCKMODE	lockmode;
@@ -64,8 +70,6 @@ positions_begin(FunctionCallInfo fcinfo, const char *function,
 {
 	const char *call = psprintf("%s()", function);
 	const DedupRelations *rels;
-	ScanKeyData keys[2];
-	int			nkeys = 1;
 
 	dedup_check_key(function, "consumer", 0, PG_GETARG_DATUM(0),
 					PG_ARGISNULL(0), DEDUP_MAX_CONSUMER_BYTES);
@@ -86,14 +90,15 @@ positions_begin(FunctionCallInfo fcinfo, const char *function,
 	ps->rel = dedup_positions_open(call, lockmode, &rels);
 	ps->index = index_open(rels->positions_key, AccessShareLock);
 	ps->slot = table_slot_create(ps->rel, NULL);
-	dedup_scan_key(&keys[0], ps->index, POSITION_CONSUMER,
+	ps->nkeys = 1;
+	dedup_scan_key(&ps->keys[0], ps->index, POSITION_CONSUMER,
 				   BTEqualStrategyNumber, PointerGetDatum(*consumer));
 	if (*stream != NULL)
-		dedup_scan_key(&keys[nkeys++], ps->index, POSITION_STREAM,
+		dedup_scan_key(&ps->keys[ps->nkeys++], ps->index, POSITION_STREAM,
 					   BTEqualStrategyNumber, PointerGetDatum(*stream));
 	ps->scan = dedup_index_beginscan(ps->rel, ps->index, GetActiveSnapshot(),
-									 nkeys);
-	index_rescan(ps->scan, keys, nkeys, NULL, 0);
+									 ps->nkeys);
+	index_rescan(ps->scan, ps->keys, ps->nkeys, NULL, 0);
 }
 
 /* the next position of the scan, in ps->slot; false after the last */
@@ -178,14 +183,11 @@ dedup_forget_stream_positions(PG_FUNCTION_ARGS)
 	CheckCmdReplicaIdentity(ps.rel, CMD_DELETE);
 	while (positions_next(&ps))
 	{
-		TM_FailureData tmfd;
 		ItemPointerData tid = ps.slot->tts_tid;
 
 		ExecClearTuple(ps.slot);
-		/* a row being moved, or gone already, is not ours to delete */
-		if (table_tuple_delete(ps.rel, &tid, GetCurrentCommandId(true),
-							   GetActiveSnapshot(), InvalidSnapshot, true,
-							   &tmfd, false) == TM_Ok)
+		if (dedup_delete_row(ps.rel, ps.index, ps.keys, ps.nkeys, &tid,
+							 ps.slot))
 			deleted++;
 	}
 	positions_end(&ps);

@@ -30,6 +30,13 @@
  * transactions: the sweeper commits after every batch, dedup_sweep() runs in
  * its caller's transaction.
  *
+ * Every row that dedup deletes -- swept, or forgotten (records.c,
+ * stream_positions.c) -- is deleted as DELETE deletes it (dedup_delete_row):
+ * a row that another transaction is changing is waited for; in READ
+ * COMMITTED, a row it updated is deleted in its latest version if that
+ * still matches, and one it deleted is skipped; with REPEATABLE READ or
+ * SERIALIZABLE, either is a serialization failure.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -37,6 +44,7 @@
 #include "access/genam.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
@@ -534,15 +542,99 @@ dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
 }
 
 /*
+ * Does the row in slot match the scan keys keys[0..nkeys-1] of index, a
+ * btree index of its table?  What EvalPlanQual rechecks of a row's latest
+ * version: the quals of the scan that found an earlier one.
+ */
+static bool
+row_matches(Relation index, TupleTableSlot *slot, const ScanKeyData *keys,
+			int nkeys)
+{
+	for (int i = 0; i < nkeys; i++)
+	{
+		const ScanKeyData *key = &keys[i];
+		bool		isnull;
+		Datum		value = slot_getattr(slot,
+										 index->rd_index->indkey.values[key->sk_attno - 1],
+										 &isnull);
+
+		if (isnull ||
+			!DatumGetBool(FunctionCall2Coll(unconstify(FmgrInfo *, &key->sk_func),
+											key->sk_collation, value,
+											key->sk_argument)))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Delete the row tid of rel, found with the active snapshot through the
+ * scan keys keys[0..nkeys-1] of index, as DELETE would (ExecDelete in
+ * nodeModifyTable.c), and say whether it was deleted.  A transaction that is
+ * changing the row is waited for.  If it deleted the row, the row is gone;
+ * if it updated it, READ COMMITTED locks the latest version and deletes it
+ * if it still matches the keys, as EvalPlanQual does.  With REPEATABLE READ
+ * or SERIALIZABLE, a row that a transaction committed after the snapshot
+ * changed is a serialization failure.  A row deleted by this command
+ * already is skipped.  slot (of rel) is free for the row's latest version.
+ */
+bool
+dedup_delete_row(Relation rel, Relation index, const ScanKeyData *keys,
+				 int nkeys, ItemPointer tid, TupleTableSlot *slot)
+{
+	CommandId	cid = GetCurrentCommandId(true);
+	Snapshot	snapshot = GetActiveSnapshot();
+	ItemPointerData target = *tid;
+
+	for (;;)
+	{
+		TM_FailureData tmfd;
+		TM_Result	result;
+		bool		matches;
+
+		result = table_tuple_delete(rel, &target, cid, snapshot,
+									InvalidSnapshot, true, &tmfd, false);
+		if (result == TM_Ok)
+			return true;
+		if (result == TM_SelfModified)
+			return false;
+		if (result != TM_Updated && result != TM_Deleted)
+			elog(ERROR, "unexpected table_tuple_delete status: %u", result);
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 result == TM_Updated ?
+					 errmsg("could not serialize access due to concurrent update") :
+					 errmsg("could not serialize access due to concurrent delete")));
+		if (result == TM_Deleted)
+			return false;
+
+		/* READ COMMITTED: the latest version, if it still matches */
+		result = table_tuple_lock(rel, &target, snapshot, slot, cid,
+								  LockTupleExclusive, LockWaitBlock,
+								  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (result == TM_Deleted || result == TM_SelfModified)
+			return false;
+		if (result != TM_Ok)
+			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
+		matches = row_matches(index, slot, keys, nkeys);
+		target = slot->tts_tid;
+		ExecClearTuple(slot);
+		if (!matches)
+			return false;
+	}
+}
+
+/*
  * Delete consumer's rows dated from from (inclusive) to before (exclusive;
  * DT_NOEND: no end), oldest first, at most limit of them (0: all), and
  * return how many were deleted; *last (if not NULL) is set to the claim
  * time of the last row looked at.  The caller holds a snapshot.
  *
  * The rows are read from the (consumer_name, processed_at) index and
- * deleted by TID, waiting for a transaction that has locked one (the
- * sweeper bounds that wait with lock_timeout).  A row that someone else
- * deleted meanwhile is skipped.  Claims never update rows.
+ * deleted by TID as DELETE would (dedup_delete_row), waiting for a
+ * transaction that has locked one (the sweeper bounds that wait with
+ * lock_timeout).  Claims never update rows.
  */
 uint64
 dedup_delete_rows(const DedupRelations *rels, text *consumer,
@@ -552,8 +644,6 @@ dedup_delete_rows(const DedupRelations *rels, text *consumer,
 	Relation	rel = table_open(rels->messages, RowExclusiveLock);
 	Relation	index = index_open(rels->messages_time, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	Snapshot	snapshot = GetActiveSnapshot();
-	CommandId	cid = GetCurrentCommandId(true);
 	ScanKeyData keys[3];
 	int			nkeys = 2;
 	IndexScanDesc scan;
@@ -568,14 +658,12 @@ dedup_delete_rows(const DedupRelations *rels, text *consumer,
 	if (before != DT_NOEND)
 		dedup_scan_key(&keys[nkeys++], index, 2, BTLessStrategyNumber,
 				 TimestampTzGetDatum(before));
-	scan = dedup_index_beginscan(rel, index, snapshot, nkeys);
+	scan = dedup_index_beginscan(rel, index, GetActiveSnapshot(), nkeys);
 	index_rescan(scan, keys, nkeys, NULL, 0);
 
 	while ((limit == 0 || deleted < (uint64) limit) &&
 		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		TM_FailureData tmfd;
-		TM_Result	result;
 		bool		isnull;
 		ItemPointerData tid = slot->tts_tid;
 
@@ -583,22 +671,8 @@ dedup_delete_rows(const DedupRelations *rels, text *consumer,
 		if (last != NULL)
 			*last = DatumGetTimestampTz(slot_getattr(slot, 3, &isnull));
 		ExecClearTuple(slot);
-
-		result = table_tuple_delete(rel, &tid, cid, snapshot, InvalidSnapshot,
-									true, &tmfd, false);
-		switch (result)
-		{
-			case TM_Ok:
-				deleted++;
-				break;
-			case TM_SelfModified:
-			case TM_Updated:
-			case TM_Deleted:
-				/* gone already, or being replaced: not ours to delete */
-				break;
-			default:
-				elog(ERROR, "unexpected table_tuple_delete status: %u", result);
-		}
+		if (dedup_delete_row(rel, index, keys, nkeys, &tid, slot))
+			deleted++;
 	}
 
 	index_endscan(scan);

@@ -2,15 +2,19 @@
  *
  * sweep.h
  *	  The retention rule, finding and deleting expired processed_messages
- *	  rows (sweep.c): what the sweeper and the forgets build on.
+ *	  rows, and deleting a row as DELETE does (sweep.c): what the sweeper
+ *	  and the forgets build on.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef DEDUP_SWEEP_H
 #define DEDUP_SWEEP_H
 
+#include "access/skey.h"
 #include "datatype/timestamp.h"
+#include "executor/tuptable.h"
 #include "nodes/pg_list.h"
+#include "storage/itemptr.h"
 
 #include "relations.h"
 
@@ -50,6 +54,9 @@ extern List *dedup_sweep_targets(const DedupRelations *rels,
 								 const char *only_consumer);
 extern uint64 dedup_sweep_batch(const DedupRelations *rels,
 								DedupSweepTarget *target, int batch_size);
+extern bool dedup_delete_row(Relation rel, Relation index,
+							 const ScanKeyData *keys, int nkeys,
+							 ItemPointer tid, TupleTableSlot *slot);
 extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
 								TimestampTz from, TimestampTz before,
 								int limit, TimestampTz *last);
