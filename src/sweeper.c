@@ -20,7 +20,9 @@
  * sweeper then vacuums the table itself (sweep_vacuum.c), rather than
  * leave them for autovacuum's next visit; the launcher cancels that VACUUM
  * for DROP DATABASE and ALTER DATABASE (launcher.c), and a cancelled sweep
- * ends partial, not failed.
+ * ends partial, not failed; it is also bounded by what is left of
+ * dedup.sweep_max_duration, so that one database does not hold up the
+ * others, which the launcher sweeps one after the other.
  *
  * It runs no SQL on processed_messages: rows are found and deleted through
  * the table's index, by OID (sweep.c).  On a Citus coordinator it then
@@ -466,21 +468,19 @@ sweeper_sweep_colocated(TimestampTz deadline)
 	return DEDUP_SWEEP_DONE;
 }
 
-/* Sweep this database: all of it, or until time, DDL or a lock stops us. */
+/*
+ * Sweep this database: all of it, or until deadline (0: none), DDL or a
+ * lock stops us.
+ */
 static DedupSweepOutcome
-sweeper_sweep(TimestampTz start, DedupSweepPace *pace)
+sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 {
-	TimestampTz deadline = 0;
 	MemoryContext sweep_context = CurrentMemoryContext;
 	MemoryContext oldcontext;
 	const DedupRelations *rels;
 	List	   *targets;
 	ListCell   *lc;
 	bool		busy;
-
-	if (dedup_sweep_max_duration > 0)
-		deadline = TimestampTzPlusMilliseconds(start,
-											   dedup_sweep_max_duration * 1000L);
 
 	/* first, in one short transaction: which consumers have expired rows */
 	rels = sweeper_begin(AccessShareLock, &busy);
@@ -611,6 +611,7 @@ dedup_sweeper_main(Datum main_arg)
 {
 	Oid			dboid = DatumGetObjectId(main_arg);
 	TimestampTz start;
+	TimestampTz deadline = 0;
 	MemoryContext sweep_context;
 	DedupSweepPace pace;
 
@@ -632,6 +633,9 @@ dedup_sweeper_main(Datum main_arg)
 	start = GetCurrentTimestamp();
 	if (!dedup_sweeper_attach(dboid, start))
 		proc_exit(0);
+	if (dedup_sweep_max_duration > 0)
+		deadline = TimestampTzPlusMilliseconds(start,
+											   dedup_sweep_max_duration * 1000L);
 
 	dedup_sweep_pace_start(&pace);
 	PG_TRY();
@@ -639,12 +643,15 @@ dedup_sweeper_main(Datum main_arg)
 		DedupSweepOutcome outcome;
 
 		sweeper_apply_settings();
-		outcome = sweeper_sweep(start, &pace);
+		outcome = sweeper_sweep(deadline, &pace);
 
-		/* then VACUUM what it swept, if enough and not in DDL's way */
+		/*
+		 * then VACUUM what it swept, if enough and not in DDL's way, in the
+		 * time left
+		 */
 		if ((outcome == DEDUP_SWEEP_DONE || outcome == DEDUP_SWEEP_PARTIAL) &&
 			!sweeper_database_wanted())
-			dedup_sweep_vacuum();
+			dedup_sweep_vacuum(deadline);
 		if (outcome == DEDUP_SWEEP_NO_EXTENSION)
 			sweeper_check_prepared();
 
@@ -664,12 +671,15 @@ dedup_sweeper_main(Datum main_arg)
 		{
 			/*
 			 * rows locked elsewhere, or cancelled (by the launcher, for DROP
-			 * DATABASE or ALTER DATABASE while we vacuum; or by a DBA): not
-			 * a failure, the next sweep goes on
+			 * DATABASE or ALTER DATABASE while we vacuum; by the time limit
+			 * while we vacuum; or by a DBA): not a failure, the next sweep
+			 * goes on
 			 */
 			elog(DEBUG1, "dedup sweep: stopped: %s", edata->message);
 			FlushErrorState();
 			AbortCurrentTransaction();
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+				dedup_sweep_vacuum_cut(deadline);
 			dedup_sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);
 		}
 		else
