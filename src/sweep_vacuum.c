@@ -39,9 +39,10 @@
  * SIGTERM stops it at the next page, and so does a cancel (SIGINT), which
  * the launcher sends when DROP DATABASE or ALTER DATABASE wants the
  * database (launcher.c); and it gets what is left of the sweep's
- * dedup.sweep_max_duration, as a statement timeout, so that the one
- * sweeper of the server moves on to the other databases in time.  A VACUUM
- * stopped there has not failed (the sweep's deletes are committed: the
+ * dedup.sweep_max_duration (the sweep's statement timeout, sweeper.c), so
+ * that the one sweeper of the server moves on to the other databases in
+ * time: it is not started once that has run out.  A VACUUM stopped there
+ * has not failed (the sweep's deletes are committed: the
  * sweep ends partial); it is logged, and the next sweeps leave the table
  * to autovacuum until it has vacuumed it, rather than start again a VACUUM
  * that the limit would stop again (sweeper_state.c).  VACUUM's truncation
@@ -65,7 +66,6 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "utils/timeout.h"
 
 #include "compat.h"
 #include "guc.h"
@@ -148,8 +148,8 @@ sweep_vacuum_target(int64 *vacuums)
 
 /*
  * After a sweep, outside any transaction: VACUUM processed_messages if
- * enough of it is dead, until deadline at the latest (0: no limit).
- * Returns whether it did.
+ * enough of it is dead and deadline (0: none), when the sweeper's statement
+ * timeout stops it, has not passed.  Returns whether it did.
  */
 bool
 dedup_sweep_vacuum(TimestampTz deadline)
@@ -206,18 +206,7 @@ dedup_sweep_vacuum(TimestampTz deadline)
 	vacuum_relid = relid;
 	vacuum_count_before = vacuums;
 	namestrcpy(&vacuum_database, get_database_name(MyDatabaseId));
-	if (deadline != 0)
-		enable_timeout_at(STATEMENT_TIMEOUT, deadline);
-	PG_TRY();
-	{
-		ExecVacuum(pstate, stmt, true);
-	}
-	PG_FINALLY();
-	{
-		if (deadline != 0)
-			disable_timeout(STATEMENT_TIMEOUT, false);
-	}
-	PG_END_TRY();
+	ExecVacuum(pstate, stmt, true);
 	vacuum_relid = InvalidOid;
 	CommitTransactionCommand();
 

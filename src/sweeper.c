@@ -20,9 +20,13 @@
  * sweeper then vacuums the table itself (sweep_vacuum.c), rather than
  * leave them for autovacuum's next visit; the launcher cancels that VACUUM
  * for DROP DATABASE and ALTER DATABASE (launcher.c), and a cancelled sweep
- * ends partial, not failed; it is also bounded by what is left of
- * dedup.sweep_max_duration, so that one database does not hold up the
- * others, which the launcher sweeps one after the other.
+ * ends partial, not failed.
+ *
+ * The launcher sweeps one database after the other: so that none holds up
+ * the others, a sweep stops after dedup.sweep_max_duration wherever it is,
+ * its VACUUM included.  It checks the time between batches, and a
+ * statement timeout at the deadline stops whatever transaction or VACUUM
+ * runs past it; a sweep stopped so ends partial.
  *
  * It runs no SQL on processed_messages: rows are found and deleted through
  * the table's index, by OID (sweep.c).  On a Citus coordinator it then
@@ -84,6 +88,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "citus.h"
@@ -643,6 +648,8 @@ dedup_sweeper_main(Datum main_arg)
 		DedupSweepOutcome outcome;
 
 		sweeper_apply_settings();
+		if (deadline != 0)
+			enable_timeout_at(STATEMENT_TIMEOUT, deadline);
 		outcome = sweeper_sweep(deadline, &pace);
 
 		/*
@@ -652,6 +659,7 @@ dedup_sweeper_main(Datum main_arg)
 		if ((outcome == DEDUP_SWEEP_DONE || outcome == DEDUP_SWEEP_PARTIAL) &&
 			!sweeper_database_wanted())
 			dedup_sweep_vacuum(deadline);
+		disable_timeout(STATEMENT_TIMEOUT, false);
 		if (outcome == DEDUP_SWEEP_NO_EXTENSION)
 			sweeper_check_prepared();
 
@@ -664,6 +672,7 @@ dedup_sweeper_main(Datum main_arg)
 		ErrorData  *edata;
 
 		HOLD_INTERRUPTS();
+		disable_timeout(STATEMENT_TIMEOUT, false);
 		MemoryContextSwitchTo(sweep_context);
 		edata = CopyErrorData();
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
@@ -671,9 +680,8 @@ dedup_sweeper_main(Datum main_arg)
 		{
 			/*
 			 * rows locked elsewhere, or cancelled (by the launcher, for DROP
-			 * DATABASE or ALTER DATABASE while we vacuum; by the time limit
-			 * while we vacuum; or by a DBA): not a failure, the next sweep
-			 * goes on
+			 * DATABASE or ALTER DATABASE while we vacuum; by the time limit;
+			 * or by a DBA): not a failure, the next sweep goes on
 			 */
 			elog(DEBUG1, "dedup sweep: stopped: %s", edata->message);
 			FlushErrorState();
