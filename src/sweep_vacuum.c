@@ -42,9 +42,9 @@
  * dedup.sweep_max_duration (the sweep's statement timeout, sweeper.c), so
  * that the one sweeper of the server moves on to the other databases in
  * time: it is not started once that has run out.  A VACUUM stopped there
- * has not failed (the sweep's deletes are committed: the
- * sweep ends partial); it is logged, and the next sweeps leave the table
- * to autovacuum until it has vacuumed it, rather than start again a VACUUM
+ * has not failed (the sweep's deletes are committed: the sweep ends
+ * partial); it is logged, and the next sweeps leave the table to
+ * autovacuum until it has been vacuumed, rather than start again a VACUUM
  * that the limit would stop again (sweeper_state.c).  VACUUM's truncation
  * of empty pages at the end of the table only tries its lock, as
  * autovacuum's does.
@@ -74,8 +74,9 @@
 #include "sweeper_state.h"
 
 /*
- * The VACUUM running now: the table and its VACUUM count before it, for
- * dedup_sweep_vacuum_cut (InvalidOid while none runs).
+ * The VACUUM running now, for dedup_sweep_vacuum_cut: the table
+ * (InvalidOid while none runs), its VACUUM count before it, and the
+ * database's name (read while in a transaction, for the log).
  */
 static Oid	vacuum_relid = InvalidOid;
 static int64 vacuum_count_before;
@@ -148,8 +149,9 @@ sweep_vacuum_target(int64 *vacuums)
 
 /*
  * After a sweep, outside any transaction: VACUUM processed_messages if
- * enough of it is dead and deadline (0: none), when the sweeper's statement
- * timeout stops it, has not passed.  Returns whether it did.
+ * enough of it is dead, unless deadline (0: none) has passed, where the
+ * sweeper's statement timeout would stop it at once.  Returns whether it
+ * did.
  */
 bool
 dedup_sweep_vacuum(TimestampTz deadline)
