@@ -12,6 +12,7 @@
 
 #include "access/tableam.h"
 #include "storage/proc.h"
+#include "utils/guc_tables.h"
 #include "utils/wait_event.h"
 
 /* the local ID of this backend's top-level transaction (17 moved it) */
@@ -126,6 +127,17 @@ typedef bool DedupUpdateIndexes;
 	{"transaction_timeout", "0"},
 #else
 #define DEDUP_SWEEPER_VERSION_SETTINGS
+#endif
+
+/*
+ * Every GUC variable, as an array of *num (16 made get_guc_variables()
+ * count them itself, and return a sorted copy)
+ */
+#if PG_VERSION_NUM >= 160000
+#define dedup_guc_variables(num) get_guc_variables(num)
+#else
+#define dedup_guc_variables(num) \
+	(*(num) = GetNumConfigOptions(), get_guc_variables())
 #endif
 
 /* a table's live and dead row counts in the statistics (16 renamed them) */

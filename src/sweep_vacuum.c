@@ -31,21 +31,30 @@
  * Paced like autovacuum: its vacuum_cost_delay and vacuum_cost_limit are
  * autovacuum_vacuum_cost_delay and autovacuum_vacuum_cost_limit when those
  * are set (by default a 2 ms delay, with vacuum_cost_limit), not balanced
- * with autovacuum's workers.  What bounds it: it never waits for the table
- * lock (SKIP_LOCKED: if autovacuum or a DBA's VACUUM has it, this sweep
- * does not vacuum); the cost delay leaves the disk to claims; a SIGTERM
- * stops it at the next page, and so does a cancel (SIGINT), which the
- * launcher sends when DROP DATABASE or ALTER DATABASE wants the database
- * (launcher.c).  dedup.sweep_max_duration does not: it is
- * checked between batches only, and a VACUUM runs to its end (as long as
- * autovacuum's would, on the same table).  VACUUM's truncation of empty
- * pages at the end of the table only tries its lock, as autovacuum's does.
+ * with autovacuum's workers; every other setting it depends on
+ * (vacuum_cost_page_*, maintenance_work_mem...) is the server's, never the
+ * database's or a role's (sweeper.c).  What bounds it: it never waits for
+ * the table lock (SKIP_LOCKED: if autovacuum or a DBA's VACUUM has it, this
+ * sweep does not vacuum); the cost delay leaves the disk to claims; a
+ * SIGTERM stops it at the next page, and so does a cancel (SIGINT), which
+ * the launcher sends when DROP DATABASE or ALTER DATABASE wants the
+ * database (launcher.c); and it gets what is left of the sweep's
+ * dedup.sweep_max_duration (the sweep's statement timeout, sweeper.c), so
+ * that the one sweeper of the server moves on to the other databases in
+ * time: it is not started once that has run out.  A VACUUM stopped there
+ * has not failed (the sweep's deletes are committed: the sweep ends
+ * partial); it is logged, and the next sweeps leave the table to
+ * autovacuum until it has been vacuumed, rather than start again a VACUUM
+ * that the limit would stop again (sweeper_state.c).  VACUUM's truncation
+ * of empty pages at the end of the table only tries its lock, as
+ * autovacuum's does.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "commands/vacuum.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -53,6 +62,7 @@
 #include "pgstat.h"
 #include "postmaster/autovacuum.h"
 #include "storage/lmgr.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -62,6 +72,15 @@
 #include "relations.h"
 #include "sweep_vacuum.h"
 #include "sweeper_state.h"
+
+/*
+ * The VACUUM running now, for dedup_sweep_vacuum_cut: the table
+ * (InvalidOid while none runs), its VACUUM count before it, and the
+ * database's name (read while in a transaction, for the log).
+ */
+static Oid	vacuum_relid = InvalidOid;
+static int64 vacuum_count_before;
+static NameData vacuum_database;
 
 /* autovacuum's pace, for the sweeper's VACUUM (where it has one) */
 static void
@@ -83,10 +102,11 @@ sweep_vacuum_set_costs(void)
 
 /*
  * Does processed_messages need a VACUUM now, and may we have it?  Returns
- * its OID, or InvalidOid.  In a transaction.
+ * its OID, with its VACUUM count so far in *vacuums, or InvalidOid.  In a
+ * transaction.
  */
 static Oid
-sweep_vacuum_target(void)
+sweep_vacuum_target(int64 *vacuums)
 {
 	const DedupRelations *rels = dedup_relations(true);
 	PgStat_StatTabEntry *entry;
@@ -102,6 +122,14 @@ sweep_vacuum_target(void)
 	live = dedup_tabentry_live_tuples(entry);
 	if (dead <= autovacuum_vac_thresh + dedup_sweep_vacuum_threshold * live)
 		return InvalidOid;
+
+	*vacuums = entry->vacuum_count + entry->autovac_vacuum_count;
+	if (dedup_sweeper_vacuum_left(rels->messages, *vacuums))
+	{
+		elog(DEBUG1, "dedup sweep: not vacuuming processed_messages (%.0f dead rows, %.0f live): left to autovacuum since the time limit stopped this sweeper's last VACUUM of it",
+			 dead, live);
+		return InvalidOid;
+	}
 
 	/*
 	 * Autovacuum, or a DBA's VACUUM, may be at it already: then leave it
@@ -121,19 +149,27 @@ sweep_vacuum_target(void)
 
 /*
  * After a sweep, outside any transaction: VACUUM processed_messages if
- * enough of it is dead.  Returns whether it did.
+ * enough of it is dead, unless deadline (0: none) has passed, where the
+ * sweeper's statement timeout would stop it at once.  Returns whether it
+ * did.
  */
 bool
-dedup_sweep_vacuum(void)
+dedup_sweep_vacuum(TimestampTz deadline)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext vacuum_context;
 	VacuumStmt *stmt;
 	ParseState *pstate;
 	Oid			relid;
+	int64		vacuums = 0;
 
 	if (dedup_sweep_vacuum_threshold <= 0)
 		return false;
+	if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+	{
+		elog(DEBUG1, "dedup sweep: not vacuuming processed_messages: the sweep has reached dedup.sweep_max_duration");
+		return false;
+	}
 
 	/* the counts we read include our own deletes */
 	pgstat_report_stat(true);
@@ -142,7 +178,7 @@ dedup_sweep_vacuum(void)
 	StartTransactionCommand();
 	pgstat_report_activity(STATE_RUNNING, "dedup sweep: counting dead rows");
 	PushActiveSnapshot(GetTransactionSnapshot());
-	relid = sweep_vacuum_target();
+	relid = sweep_vacuum_target(&vacuums);
 	PopActiveSnapshot();
 	if (!OidIsValid(relid))
 	{
@@ -169,12 +205,40 @@ dedup_sweep_vacuum(void)
 	stmt->is_vacuumcmd = true;
 	pstate = make_parsestate(NULL);
 
+	vacuum_relid = relid;
+	vacuum_count_before = vacuums;
+	namestrcpy(&vacuum_database, get_database_name(MyDatabaseId));
 	ExecVacuum(pstate, stmt, true);
+	vacuum_relid = InvalidOid;
 	CommitTransactionCommand();
 
 	PortalContext = NULL;
 	MemoryContextSwitchTo(caller_context);
 	MemoryContextDelete(vacuum_context);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return true;
+}
+
+/*
+ * The sweep was cancelled (before its transaction is aborted): if it was
+ * in its VACUUM, and deadline (0: none) has passed, the time limit stopped
+ * the VACUUM.  Then say so, and leave the table to autovacuum until it has
+ * been vacuumed.  Returns whether it was so.
+ */
+bool
+dedup_sweep_vacuum_cut(TimestampTz deadline)
+{
+	Oid			relid = vacuum_relid;
+
+	vacuum_relid = InvalidOid;
+	if (!OidIsValid(relid) || deadline == 0 ||
+		GetCurrentTimestamp() < deadline)
+		return false;
+	dedup_sweeper_vacuum_cut(relid, vacuum_count_before);
+	ereport(LOG,
+			(errmsg("dedup sweep of database \"%s\" stopped its VACUUM of processed_messages at dedup.sweep_max_duration (%d s)",
+					NameStr(vacuum_database), dedup_sweep_max_duration),
+			 errdetail("The sweep's expired rows are deleted.  The sweeper leaves the rest of the VACUUM to autovacuum, or any VACUUM of the table, before it vacuums the table again."),
+			 errhint("Raise dedup.sweep_max_duration to let the sweeper vacuum after large sweeps.")));
 	return true;
 }

@@ -9,6 +9,9 @@
 #ifndef DEDUP_SWEEP_VACUUM_H
 #define DEDUP_SWEEP_VACUUM_H
 
-extern bool dedup_sweep_vacuum(void);
+#include "datatype/timestamp.h"
+
+extern bool dedup_sweep_vacuum(TimestampTz deadline);
+extern bool dedup_sweep_vacuum_cut(TimestampTz deadline);
 
 #endif							/* DEDUP_SWEEP_VACUUM_H */

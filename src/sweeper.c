@@ -22,6 +22,12 @@
  * for DROP DATABASE and ALTER DATABASE (launcher.c), and a cancelled sweep
  * ends partial, not failed.
  *
+ * The launcher sweeps one database after the other: so that none holds up
+ * the others, a sweep stops after dedup.sweep_max_duration wherever it is,
+ * its VACUUM included.  It checks the time between batches, and a
+ * statement timeout at the deadline stops whatever transaction or VACUUM
+ * runs past it; a sweep stopped so ends partial.
+ *
  * It runs no SQL on processed_messages: rows are found and deleted through
  * the table's index, by OID (sweep.c).  On a Citus coordinator it then
  * sweeps the colocated records tables with distributed DELETEs through
@@ -31,8 +37,18 @@
  * run as the table's owner), and only if that role has the privileges a
  * DELETE of expired rows would need.  The
  * session user stays the bootstrap superuser: pg_stat_activity shows the
- * role in the sweeper's query text.  Its transactions run with its own
- * settings, whatever the database's owner has set for the database.
+ * role in the sweeper's query text.  Each also has a GUC nest level of its
+ * own, as VACUUM gives the work it runs as a table's owner: a setting that
+ * user code changed, even with set_config(..., false), ends with it.
+ *
+ * Its settings are the server's (postgresql.conf, ALTER SYSTEM, the command
+ * line), never what ALTER DATABASE ... SET or ALTER ROLE ... SET set for
+ * its database or the bootstrap superuser: it saves them before connecting,
+ * and puts them back after (those come from pg_db_role_setting as it
+ * connects); over them, its own (sweeper_settings).  So a database's owner
+ * can neither stall nor break its sweeps, nor slow its VACUUM
+ * (vacuum_cost_page_*, maintenance_work_mem) to hold up the other
+ * databases.
  *
  * Until it has connected, the sweeper may wait for a lock on its database
  * (ALTER DATABASE RENAME in an open transaction) without limit; the
@@ -67,10 +83,12 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "citus.h"
@@ -85,10 +103,11 @@
 #include "sweeper_state.h"
 
 /*
- * The sweeper's own settings, over whatever ALTER DATABASE or ALTER ROLE
- * set for the database: a database owner must not be able to stall the
+ * The sweeper's own settings, over the server's (and those autovacuum's
+ * workers force too): nothing in postgresql.conf either may stall the
  * sweep (a read-only, or serializable deferrable, transaction), make it fail
- * (read-only, timeouts, exit_on_error) or redirect it (search_path).
+ * (read-only, timeouts, exit_on_error), redirect it (search_path) or let
+ * it damage a table (zero_damaged_pages).
  */
 static const struct
 {
@@ -105,6 +124,9 @@ static const struct
 	{"idle_in_transaction_session_timeout", "0"},
 	DEDUP_SWEEPER_VERSION_SETTINGS
 	{"exit_on_error", "off"},
+	{"zero_damaged_pages", "off"},
+	/* VACUUM's decision reads the statistics as they are now */
+	{"stats_fetch_consistency", "none"},
 
 	/*
 	 * Table locks are only ever tried (sweeper_begin), and claims never lock
@@ -116,12 +138,101 @@ static const struct
 
 /*
  * The user ID and security context of the session, restored at the end of
- * each sweep transaction, and the name of the role the current one runs as
- * (for pg_stat_activity).
+ * each sweep transaction, the name of the role the current one runs as
+ * (for pg_stat_activity), and its GUC nest level (0 until it has one).
  */
 static Oid	session_userid;
 static int	session_sec_context;
 static NameData sweep_role_name;
+static int	sweep_guc_nestlevel = 0;
+
+/*
+ * The settings the server gave this process, saved before it connected:
+ * every one that ALTER DATABASE or ALTER ROLE can set.
+ */
+typedef struct ServerSetting
+{
+	char	   *name;
+	char	   *value;
+} ServerSetting;
+
+static ServerSetting *server_settings;
+static int	nserver_settings;
+
+/*
+ * Before connecting: save the value of every setting that
+ * pg_db_role_setting can hold (those a superuser or a role may SET), as the
+ * server gave it (postgresql.conf, ALTER SYSTEM, the command line, the
+ * defaults).
+ */
+static void
+sweeper_save_server_settings(void)
+{
+	struct config_generic **vars;
+	int			nvars;
+
+	vars = dedup_guc_variables(&nvars);
+	server_settings = palloc(nvars * sizeof(ServerSetting));
+	nserver_settings = 0;
+	for (int i = 0; i < nvars; i++)
+	{
+		const char *value;
+
+		if (vars[i]->context != PGC_SUSET && vars[i]->context != PGC_USERSET)
+			continue;
+		value = GetConfigOption(vars[i]->name, false, false);
+		if (value == NULL)
+			continue;
+		server_settings[nserver_settings].name = pstrdup(vars[i]->name);
+		server_settings[nserver_settings].value = pstrdup(value);
+		nserver_settings++;
+	}
+}
+
+/*
+ * After connecting, outside a transaction: put back the server's value of
+ * every setting that came from pg_db_role_setting (ALTER ROLE ALL, ALTER
+ * DATABASE, ALTER ROLE, ALTER ROLE IN DATABASE ... SET), then set the
+ * sweeper's own.  A name that the server does not know (a placeholder for
+ * some library's setting) is left: nothing the sweeper runs reads it.
+ */
+static void
+sweeper_apply_settings(void)
+{
+	struct config_generic **vars;
+	int			nvars;
+
+	vars = dedup_guc_variables(&nvars);
+	for (int i = 0; i < nvars; i++)
+	{
+		if (vars[i]->source < PGC_S_GLOBAL ||
+			vars[i]->source > PGC_S_DATABASE_USER)
+			continue;
+		for (int j = 0; j < nserver_settings; j++)
+		{
+			if (strcmp(server_settings[j].name, vars[i]->name) != 0)
+				continue;
+			elog(DEBUG1, "dedup sweep: setting \"%s\" of the database or role ignored: the server's \"%s\" applies",
+				 server_settings[j].name, server_settings[j].value);
+			SetConfigOption(server_settings[j].name, server_settings[j].value,
+							PGC_SUSET, PGC_S_OVERRIDE);
+			break;
+		}
+	}
+
+	for (int i = 0; i < lengthof(sweeper_settings); i++)
+		SetConfigOption(sweeper_settings[i].name, sweeper_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * As autovacuum's workers: no commit waits for a standby (a standby that
+	 * is gone would stall the sweep, and every database after it); a
+	 * failover may only bring back rows that a later sweep deletes again.
+	 */
+	if (synchronous_commit > SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
+		SetConfigOption("synchronous_commit", "local", PGC_SUSET,
+						PGC_S_OVERRIDE);
+}
 
 /*
  * Is DROP DATABASE or ALTER DATABASE waiting for this database?  Both take
@@ -215,6 +326,24 @@ sweeper_report(const char *what)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
+/*
+ * For the rest of the sweep transaction, run as role in a
+ * security-restricted operation with a GUC nest level of its own, as VACUUM
+ * and REFRESH MATERIALIZED VIEW run as a table's owner: whatever the sweep
+ * may reach of user code (say, an index's functions) runs as the role, can
+ * neither create temporary objects nor change settings beyond the
+ * transaction (sweeper_end).  An abort restores the session's user ID and
+ * settings by itself (AbortTransaction).
+ */
+static void
+sweeper_become(Oid role)
+{
+	SetUserIdAndSecContext(role,
+						   session_sec_context | SECURITY_RESTRICTED_OPERATION);
+	sweep_guc_nestlevel = NewGUCNestLevel();
+	namestrcpy(&sweep_role_name, GetUserNameFromId(role, false));
+}
+
 /* The role a sweep of table runs as: dedup.sweep_role, or the table's owner */
 static Oid
 sweeper_role(Oid table)
@@ -260,25 +389,22 @@ sweeper_begin(LOCKMODE messages_lock, bool *busy)
 		return NULL;
 
 	role = sweeper_role(rels->messages);
-
-	/*
-	 * As VACUUM runs as the table's owner: whatever the sweep may reach of
-	 * user code (say, an index's functions) runs as the role, and cannot
-	 * change settings or create temporary objects.  An abort restores the
-	 * session's user ID by itself (AbortTransaction).
-	 */
-	SetUserIdAndSecContext(role,
-						   session_sec_context | SECURITY_RESTRICTED_OPERATION);
-	namestrcpy(&sweep_role_name, GetUserNameFromId(role, false));
+	sweeper_become(role);
 	sweeper_report("checking privileges");
 	dedup_sweep_check_role(rels, GetUserId());
 	return rels;
 }
 
-/* Commit a sweep transaction, as the session's user again. */
+/*
+ * Commit a sweep transaction, with the settings it began with, as the
+ * session's user again.
+ */
 static void
 sweeper_end(void)
 {
+	if (sweep_guc_nestlevel > 0)
+		AtEOXact_GUC(false, sweep_guc_nestlevel);
+	sweep_guc_nestlevel = 0;
 	SetUserIdAndSecContext(session_userid, session_sec_context);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -337,9 +463,7 @@ sweeper_sweep_colocated(TimestampTz deadline)
 			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(records)))
 		{
 			role = sweeper_role(records);
-			SetUserIdAndSecContext(role, session_sec_context |
-								   SECURITY_RESTRICTED_OPERATION);
-			namestrcpy(&sweep_role_name, GetUserNameFromId(role, false));
+			sweeper_become(role);
 			sweeper_report("deleting expired colocated claims");
 			deleted = dedup_colocated_sweep_table(rels, records);
 		}
@@ -349,21 +473,19 @@ sweeper_sweep_colocated(TimestampTz deadline)
 	return DEDUP_SWEEP_DONE;
 }
 
-/* Sweep this database: all of it, or until time, DDL or a lock stops us. */
+/*
+ * Sweep this database: all of it, or until deadline (0: none), DDL or a
+ * lock stops us.
+ */
 static DedupSweepOutcome
-sweeper_sweep(TimestampTz start, DedupSweepPace *pace)
+sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 {
-	TimestampTz deadline = 0;
 	MemoryContext sweep_context = CurrentMemoryContext;
 	MemoryContext oldcontext;
 	const DedupRelations *rels;
 	List	   *targets;
 	ListCell   *lc;
 	bool		busy;
-
-	if (dedup_sweep_max_duration > 0)
-		deadline = TimestampTzPlusMilliseconds(start,
-											   dedup_sweep_max_duration * 1000L);
 
 	/* first, in one short transaction: which consumers have expired rows */
 	rels = sweeper_begin(AccessShareLock, &busy);
@@ -494,6 +616,7 @@ dedup_sweeper_main(Datum main_arg)
 {
 	Oid			dboid = DatumGetObjectId(main_arg);
 	TimestampTz start;
+	TimestampTz deadline = 0;
 	MemoryContext sweep_context;
 	DedupSweepPace pace;
 
@@ -504,30 +627,39 @@ dedup_sweeper_main(Datum main_arg)
 	if (IsBinaryUpgrade)
 		proc_exit(0);
 
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	sweep_context = AllocSetContextCreate(TopMemoryContext, "dedup sweep",
+										  ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(sweep_context);
 
-	for (int i = 0; i < lengthof(sweeper_settings); i++)
-		SetConfigOption(sweeper_settings[i].name, sweeper_settings[i].value,
-						PGC_SUSET, PGC_S_OVERRIDE);
+	sweeper_save_server_settings();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
 	/* recorded as begun: the launcher no longer watches our lock waits */
 	start = GetCurrentTimestamp();
 	if (!dedup_sweeper_attach(dboid, start))
 		proc_exit(0);
-
-	sweep_context = AllocSetContextCreate(TopMemoryContext, "dedup sweep",
-										  ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(sweep_context);
+	if (dedup_sweep_max_duration > 0)
+		deadline = TimestampTzPlusMilliseconds(start,
+											   dedup_sweep_max_duration * 1000L);
 
 	dedup_sweep_pace_start(&pace);
 	PG_TRY();
 	{
-		DedupSweepOutcome outcome = sweeper_sweep(start, &pace);
+		DedupSweepOutcome outcome;
 
-		/* then VACUUM what it swept, if enough and not in DDL's way */
+		sweeper_apply_settings();
+		if (deadline != 0)
+			enable_timeout_at(STATEMENT_TIMEOUT, deadline);
+		outcome = sweeper_sweep(deadline, &pace);
+
+		/*
+		 * then VACUUM what it swept, if enough and not in DDL's way, in the
+		 * time left
+		 */
 		if ((outcome == DEDUP_SWEEP_DONE || outcome == DEDUP_SWEEP_PARTIAL) &&
 			!sweeper_database_wanted())
-			dedup_sweep_vacuum();
+			dedup_sweep_vacuum(deadline);
+		disable_timeout(STATEMENT_TIMEOUT, false);
 		if (outcome == DEDUP_SWEEP_NO_EXTENSION)
 			sweeper_check_prepared();
 
@@ -540,6 +672,7 @@ dedup_sweeper_main(Datum main_arg)
 		ErrorData  *edata;
 
 		HOLD_INTERRUPTS();
+		disable_timeout(STATEMENT_TIMEOUT, false);
 		MemoryContextSwitchTo(sweep_context);
 		edata = CopyErrorData();
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
@@ -547,12 +680,14 @@ dedup_sweeper_main(Datum main_arg)
 		{
 			/*
 			 * rows locked elsewhere, or cancelled (by the launcher, for DROP
-			 * DATABASE or ALTER DATABASE while we vacuum; or by a DBA): not
-			 * a failure, the next sweep goes on
+			 * DATABASE or ALTER DATABASE while we vacuum; by the time limit;
+			 * or by a DBA): not a failure, the next sweep goes on
 			 */
 			elog(DEBUG1, "dedup sweep: stopped: %s", edata->message);
 			FlushErrorState();
 			AbortCurrentTransaction();
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+				dedup_sweep_vacuum_cut(deadline);
 			dedup_sweeper_finish(DEDUP_SWEEP_PARTIAL, NULL);
 		}
 		else

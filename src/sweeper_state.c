@@ -94,6 +94,9 @@ typedef struct DatabaseSlot
 	int64		total_rows;
 	TimestampTz last_error_at;
 	char		last_error[ERROR_LEN];
+	Oid			vacuum_cut_relid;	/* the table whose VACUUM the time limit
+									 * stopped, or InvalidOid */
+	int64		vacuum_cut_count;	/* its VACUUM count then */
 } DatabaseSlot;
 
 typedef struct SweeperState
@@ -555,6 +558,42 @@ dedup_sweeper_vacuuming(void)
 	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
 	my_slot->last_outcome = DEDUP_SWEEP_VACUUMING;
 	LWLockRelease(sweeper_state->lock);
+}
+
+/*
+ * This sweeper's VACUUM of table relid, vacuumed vacuums times so far (by
+ * anyone, as the statistics count), was stopped at dedup.sweep_max_duration:
+ * the next sweeps leave the table to autovacuum until it has vacuumed it
+ * (dedup_sweeper_vacuum_left), rather than begin again a VACUUM that the
+ * limit would stop again, holding the table's lock that autovacuum's would
+ * need.
+ */
+void
+dedup_sweeper_vacuum_cut(Oid relid, int64 vacuums)
+{
+	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+	my_slot->vacuum_cut_relid = relid;
+	my_slot->vacuum_cut_count = vacuums;
+	LWLockRelease(sweeper_state->lock);
+}
+
+/*
+ * Is table relid, vacuumed vacuums times so far, left to autovacuum: the
+ * sweeper's last VACUUM of it was stopped at the time limit, and nobody has
+ * vacuumed it since?  Once somebody has, it is the sweeper's again.
+ */
+bool
+dedup_sweeper_vacuum_left(Oid relid, int64 vacuums)
+{
+	bool		left;
+
+	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+	left = (my_slot->vacuum_cut_relid == relid &&
+			my_slot->vacuum_cut_count == vacuums);
+	if (!left)
+		my_slot->vacuum_cut_relid = InvalidOid;
+	LWLockRelease(sweeper_state->lock);
+	return left;
 }
 
 /*

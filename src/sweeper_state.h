@@ -53,6 +53,8 @@ extern bool dedup_sweep_schedule_next(Oid dboid, TimestampTz launched,
 extern bool dedup_sweeper_attach(Oid dboid, TimestampTz start);
 extern void dedup_sweeper_progress(uint64 rows);
 extern void dedup_sweeper_vacuuming(void);
+extern void dedup_sweeper_vacuum_cut(Oid relid, int64 vacuums);
+extern bool dedup_sweeper_vacuum_left(Oid relid, int64 vacuums);
 extern bool dedup_sweeper_take_prepared_wake(void);
 extern void dedup_sweeper_prepared_found(bool marked, int nprepared,
 										 TimestampTz oldest);
