@@ -140,13 +140,20 @@ typedef bool DedupUpdateIndexes;
 	(*(num) = GetNumConfigOptions(), get_guc_variables())
 #endif
 
-/* a table's live and dead row counts in the statistics (16 renamed them) */
+/*
+ * a table's live and dead row counts and its VACUUMs (by hand and by
+ * autovacuum) in the statistics (16 renamed them)
+ */
 #if PG_VERSION_NUM >= 160000
 #define dedup_tabentry_live_tuples(entry) ((double) (entry)->live_tuples)
 #define dedup_tabentry_dead_tuples(entry) ((double) (entry)->dead_tuples)
+#define dedup_tabentry_vacuums(entry) \
+	((entry)->vacuum_count + (entry)->autovacuum_count)
 #else
 #define dedup_tabentry_live_tuples(entry) ((double) (entry)->n_live_tuples)
 #define dedup_tabentry_dead_tuples(entry) ((double) (entry)->n_dead_tuples)
+#define dedup_tabentry_vacuums(entry) \
+	((entry)->vacuum_count + (entry)->autovac_vacuum_count)
 #endif
 
 /*

@@ -123,7 +123,7 @@ sweep_vacuum_target(int64 *vacuums)
 	if (dead <= autovacuum_vac_thresh + dedup_sweep_vacuum_threshold * live)
 		return InvalidOid;
 
-	*vacuums = entry->vacuum_count + entry->autovac_vacuum_count;
+	*vacuums = dedup_tabentry_vacuums(entry);
 	if (dedup_sweeper_vacuum_left(rels->messages, *vacuums))
 	{
 		elog(DEBUG1, "dedup sweep: not vacuuming processed_messages (%.0f dead rows, %.0f live): left to autovacuum since the time limit stopped this sweeper's last VACUUM of it",

@@ -126,7 +126,9 @@ note('2. a VACUUM stopped at dedup.sweep_max_duration');
 $node->set_config('autovacuum_vacuum_cost_limit', '1', '1');
 $node->set_config('dedup.sweep_max_duration', '2s', '2s');
 $node->add_expired('slowed', 't', 3000);
-$node->add_expired('healthy', 'i', 100);
+# too few for a VACUUM of healthy (autovacuum_vacuum_threshold is 50): its
+# sweep is deletes only, whatever the cost limit
+$node->add_expired('healthy', 'i', 20);
 $count0 = vacuum_count();
 $offset = -s $node->logfile;
 ($since, $seen) = $node->watch_sweep(
