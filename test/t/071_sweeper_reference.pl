@@ -88,20 +88,16 @@ my $pgbench = IPC::Run::start(
 ok(wait_until(sub { $node->count_of('db1', 'yield-claims') > 10 }),
 	'claims are running (pgbench)');
 $node->set_config('dedup.sweep_batch_size', '500', '500');
-my $yield_wait = $node->pg_version >= 17 ? 'DedupSweepYield' : 'Extension';
 # 20 batches, each followed by a pause about 9 times as long (the default
 # dedup.sweep_busy_share, 10%): watched from inside the server
-my (undef, $yield_seen) = $node->watch_sweep(
-	'db1', qq{
-SELECT 't' FROM pg_stat_activity
- WHERE backend_type = 'dedup sweeper' AND datname = 'db1'
-   AND wait_event_type = 'Extension' AND wait_event = '$yield_wait'}, qq{
+my (undef, $yield_seen) = $node->watch_sweeper_wait(
+	'db1', 'DedupSweepYield', qq{
 INSERT INTO processed_messages
 SELECT 'yield', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
   FROM generate_series(1, 10000) i
 UNION ALL VALUES ('yield', 'latest', $L)});
 is($yield_seen, 't',
-	"while claims run, the sweeper's pause yielding to them is the wait $yield_wait in pg_stat_activity");
+	"while claims run, the sweeper's pause yielding to them is the wait DedupSweepYield in pg_stat_activity ('Extension' on 15)");
 $pgbench->kill_kill;
 unlike($err, qr/error|abort/i, 'pgbench: no claim failed') or diag($err);
 ok(wait_until(sub { $node->count_of('db1', 'yield') eq '1' }),
