@@ -40,6 +40,7 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/timestamp.h"
 
 #include "compat.h"
 #include "guc.h"
@@ -97,19 +98,31 @@ dedup_sweep_pace_start(DedupSweepPace *pace)
 		pg_atomic_exchange_u32(&pace_shared->claimed, 0);
 }
 
-/* sleep ms, with the wait event the kind of pause is shown as */
+/*
+ * Sleep ms, with the wait event the kind of pause is shown as.  The whole
+ * of it: a latch set before (a new process starts with its latch set) or
+ * during the pause (a reload) does not cut it short; interrupts are served.
+ */
 static void
 sweep_pace_sleep(long ms, bool yielding)
 {
 	static uint32 delay_event = 0;
 	static uint32 yield_event = 0;
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+	long		left;
 
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 ms,
-					 yielding ?
-					 dedup_wait_event("DedupSweepYield", &yield_event) :
-					 dedup_wait_event("DedupSweepBatchDelay", &delay_event));
-	ResetLatch(MyLatch);
+	while ((left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+												   end)) > 0)
+	{
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 left,
+						 yielding ?
+						 dedup_wait_event("DedupSweepYield", &yield_event) :
+						 dedup_wait_event("DedupSweepBatchDelay", &delay_event));
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /*

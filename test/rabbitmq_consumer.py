@@ -81,9 +81,12 @@ test/demo.sh: pika, and psycopg2 or psycopg 3.
     rabbitmq_consumer.py pool-noise PGHOST PGPORT DBNAME WORKER CONTROL_DIR
                                     [--driver D] [--user ROLE]
         another client of the same pool: in autocommit, SET search_path =
-        hostile (a session setting) and then run one statement, over and
-        over until CONTROL_DIR/stop exists; prints {"sets", "statements",
-        "saw_hostile"} (statements that ran with that search_path)
+        hostile and SET noise.planted = hostile (session settings; the
+        server reports search_path to clients from PostgreSQL 18 on, never
+        noise.planted) and then run one statement, over and over until
+        CONTROL_DIR/stop exists; prints {"sets", "statements",
+        "saw_hostile", "saw_planted"} (statements that ran with that
+        search_path, with that noise.planted)
 """
 import argparse
 import json
@@ -416,18 +419,22 @@ def pool_noise(pghost, pgport, dbname, worker, control, *options):
     db = Database(opt.driver, pghost, pgport, dbname, opt.user, worker)
     conn = db.connect()
     conn.autocommit = True          # every statement is its own transaction
-    sets = statements = saw = 0
+    sets = statements = saw = saw_planted = 0
     while not os.path.exists(os.path.join(control, "stop")):
         with conn.cursor() as cur:
             cur.execute("SET search_path = hostile")
+            cur.execute("SET noise.planted = hostile")
             sets += 1
-            cur.execute("SELECT current_setting('search_path')")
+            cur.execute("SELECT current_setting('search_path'), "
+                        "current_setting('noise.planted', true)")
             statements += 1
-            if cur.fetchone()[0] == "hostile":
-                saw += 1
+            path, planted = cur.fetchone()
+            saw += path == "hostile"
+            saw_planted += planted == "hostile"
         time.sleep(0.002)
     db.close()
-    emit(sets=sets, statements=statements, saw_hostile=saw)
+    emit(sets=sets, statements=statements, saw_hostile=saw,
+         saw_planted=saw_planted)
     return 0
 
 

@@ -84,6 +84,11 @@
 #                       and the first column of $query once it returns a
 #                       row, '' if a sweep of $db that started after $since
 #                       ended first)
+#   $node->watch_sweeper_wait($db, $event, $before)
+#                       watch_sweep() for the sweeper of $db in the wait
+#                       $event of type Extension, as PostgreSQL 17 and later
+#                       name it (on 15 every such wait is "Extension"):
+#                       ($since, 't' once seen, '' if not)
 #   $node->wait_sweeping_stopped($db)
 #                       ok() once no sweep of $db has started for 2.5 s
 #   $node->launcher_pid
@@ -361,6 +366,17 @@ SELECT clock_timestamp() AS since, dedup_sweeper_wake() AS woken \\gset
 SELECT :'since', pg_temp.watch(:'since');
 });
 	return split /\|/, $out, 2;
+}
+
+sub watch_sweeper_wait
+{
+	my ($self, $db, $event, $before) = @_;
+	$event = 'Extension' if $self->pg_version < 17;
+	return $self->watch_sweep(
+		$db, qq{
+SELECT 't' FROM pg_stat_activity
+ WHERE backend_type = 'dedup sweeper' AND datname = '$db'
+   AND wait_event_type = 'Extension' AND wait_event = '$event'}, $before);
 }
 
 sub wait_sweeping_stopped

@@ -7,9 +7,10 @@
 #      although the sweeper's session user is the bootstrap superuser.
 #   2. A wake-up does not defeat the back-off: with a sweep failing for
 #      lack of privileges, a run of dedup_sweeper_wake() calls (each one
-#      seen by the launcher) adds no failed sweep and does not bring the
-#      next one forward; a reload retries at once, and once the role is
-#      fixed the database is swept.
+#      seen by the launcher, on until a failed sweep is logged) adds no
+#      failed sweep and does not bring the next one forward, nor cancel
+#      it: the retry the back-off scheduled comes, and no other; a reload
+#      retries at once, and once the role is fixed the database is swept.
 #   3. One database cannot hold up the others: a non-superuser with
 #      CREATEDB that owns dba holds ALTER DATABASE dba RENAME open in a
 #      transaction, so dba's sweeper cannot connect.  The launcher stops
@@ -24,6 +25,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use DedupNode;
+use DedupProcess qw(wait_until);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -95,24 +97,36 @@ ok($node->poll_query_until('dbb', 'SELECT sweeper_pid IS NULL FROM dedup_sweeper
 my $before = $node->safe_psql('dbb', 'SELECT next_sweep FROM dedup_sweeper');
 my $wake_offset = -s $node->logfile;
 my $launcher_pass = q{SELECT query_start FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'};
-for my $i (1 .. 10)
-{
-	# wait until the launcher has made a pass, and is done with it
-	my $pass = $node->safe_psql('postgres', $launcher_pass);
-	$node->safe_psql('dbb', 'SELECT dedup_sweeper_wake()');
-	$node->poll_query_until(
-		'postgres', qq{
+# the failed sweeps logged since the wake-ups began, by time
+my $woken_errors = sub {
+	return map { /^(\S+ \S+ \S+) \[/ ? $1 : () }
+	  grep { $_ =~ $error_re } split /\n/, $node->log_since($wake_offset);
+};
+# At least 10 wake-ups, and on until a failed sweep is logged: the retry
+# the back-off scheduled at $before, which a wake-up must neither bring
+# forward nor cancel
+my $wakes = 0;
+my $retried = wait_until(
+	sub {
+		# wait until the launcher has made a pass, and is done with it
+		my $pass = $node->safe_psql('postgres', $launcher_pass);
+		$node->safe_psql('dbb', 'SELECT dedup_sweeper_wake()');
+		$wakes++;
+		$node->poll_query_until(
+			'postgres', qq{
 SELECT query_start > '$pass' AND state = 'idle' FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper launcher'})
-	  or die "the launcher did not answer wake-up $i";
-}
+		  or die "the launcher did not answer wake-up $wakes";
+		return $wakes >= 10 && $woken_errors->() > 0;
+	});
 my $after = $node->safe_psql('dbb', q{SELECT next_sweep FROM dedup_sweeper});
+my @woken_errors = $woken_errors->();
+note(scalar(@woken_errors) . " failed sweeps during $wakes wake-ups, the first allowed at $before");
+ok($retried,
+	scalar(@woken_errors) . " failed sweep(s) during $wakes wake-ups answered by the launcher: the retry the back-off scheduled came");
 # However long the wake-ups took, a failed sweep may only have come when the
 # back-off allowed it: at the next sweep scheduled before them, and then 16 s
 # later at the earliest
-my @woken_errors = map { /^(\S+ \S+ \S+) \[/ ? $1 : () }
-  grep { $_ =~ $error_re } split /\n/, $node->log_since($wake_offset);
-note(scalar(@woken_errors) . " failed sweeps during the wake-ups, the first allowed at $before");
 is( $node->safe_psql(
 		'dbb', qq{
 SELECT count(*)
@@ -120,7 +134,7 @@ SELECT count(*)
 		  FROM unnest('{@{[ join(',', map { qq{"$_"} } @woken_errors) ]}}'::timestamptz[]) t) s
  WHERE t < '$before' OR t - previous < interval '16 s'}),
 	'0',
-	'10 wake-ups answered by the launcher: no more failed sweeps than the back-off allows');
+	'... and no more than the back-off allows: none before it, none less than 16 s after another');
 is($node->safe_psql('dbb', qq{SELECT '$after'::timestamptz >= '$before'::timestamptz}),
 	't', '... and the next sweep is not brought forward');
 

@@ -91,17 +91,13 @@ $node->set_config('dedup.sweep_batch_delay', '300ms', '300ms');
 $batch_offset = -s $node->logfile;
 # A pause lasts 300 ms, less than a busy machine may take to start a psql:
 # watched from inside the server, from the wake-up on, until the sweep ends.
-my $pause_wait = $node->pg_version >= 17 ? 'DedupSweepBatchDelay' : 'Extension';
-my ($paced_since, $pause_seen) = $node->watch_sweep(
-	'db1', qq{
-SELECT 't' FROM pg_stat_activity
- WHERE backend_type = 'dedup sweeper' AND datname = 'db1'
-   AND wait_event_type = 'Extension' AND wait_event = '$pause_wait'}, qq{
+my ($paced_since, $pause_seen) = $node->watch_sweeper_wait(
+	'db1', 'DedupSweepBatchDelay', qq{
 INSERT INTO processed_messages
 SELECT 'paced', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
   FROM generate_series(1, 500) i
 UNION ALL VALUES ('paced', 'latest', $L)});
-is($pause_seen, 't', "the sweeper pauses between batches in pg_stat_activity ($pause_wait)");
+is($pause_seen, 't', 'the sweeper pauses between batches in pg_stat_activity (DedupSweepBatchDelay)');
 is($node->wait_sweep_after('db1', $paced_since), 'done',
 	'db1: a sweep completed (500 expired rows, paced)');
 is($node->count_of('db1', 'paced'), '1', 'paced sweep: the 500 expired rows deleted');

@@ -12,26 +12,37 @@
 # server backend (pg_backend_pid()), the search_path it ran with and what an
 # unqualified dedup_claim(text, text) would have resolved to.
 #
-# Phase A, server_reset_query_always = 0: another client of the same pool
-# (same database and role) sets a session search_path = hostile over and
-# over; schema "hostile" has a dedup_claim that always says true and
-# look-alike accounts, applied and processed_messages tables.  The
-# consumers fail like 014's: one commits 5 messages and dies before acking,
-# one dies inside a transaction (pgbouncer must not hand that transaction to
-# anybody), one nacks committed messages, two run steadily, all at once.
-# Asserted: every message applied exactly once (150 messages, 5 published
-# twice), balances, claims = messages; the duplicates are exactly the extra
-# copies + the committed-unacked + the nacked deliveries; each concurrent
-# consumer's transactions ran on more than one server backend, and all of
-# them on at most 2 (the pool); the hostile search_path did reach the
-# consumers' server connections (rows show it, and that an unqualified call
-# would have gone to hostile.dedup_claim), yet nothing was misdirected:
-# hostile.* stayed empty and its function was never called.
+# Phase A, server_reset_query_always = 0: role "app" has search_path =
+# hostile for the database (ALTER ROLE ... IN DATABASE ... SET), so every
+# server connection of the pool starts with it, and the pooler hands it to
+# its clients on every PostgreSQL version (18 reports search_path, and a
+# pgbouncer that tracks it, such as Debian sid's, gives each client the
+# value its server connection started with: hostile); another client of the
+# same pool (same database and role) sets search_path = hostile and
+# noise.planted = hostile over and over, session settings that a pool
+# without DISCARD ALL leaves on the server connection for the next client
+# (search_path before 18 only; noise.planted, which the server never
+# reports, on every version); schema "hostile" has a dedup_claim that
+# always says true and look-alike accounts, applied and processed_messages
+# tables.  The consumers fail like 014's: one commits 5 messages and dies
+# before acking, one dies inside a transaction (pgbouncer must not hand
+# that transaction to anybody), one nacks committed messages, two run
+# steadily, all at once.  Asserted: every message applied exactly once (150
+# messages, 5 published twice), balances, claims = messages; the
+# duplicates are exactly the extra copies + the committed-unacked + the
+# nacked deliveries; each concurrent consumer's transactions ran on more
+# than one server backend, and all of them on at most 2 (the pool); every
+# application ran with search_path = hostile (rows show it, and that an
+# unqualified call would have gone to hostile.dedup_claim), and some with
+# the noisy client's noise.planted, yet nothing was misdirected: hostile.*
+# stayed empty and its function was never called.
 #
 # Phase B, server_reset_query_always = 1 (DISCARD ALL after every
-# transaction): the same noise, two consumers; every message applied once,
-# and no consumer transaction, nor the noisy client itself, ever ran with
-# the hostile search_path.
+# transaction), the role's search_path reset: the same noise, two
+# consumers; every message applied once, no consumer transaction ran with
+# the hostile search_path or noise.planted, and the noisy client's own next
+# transaction never had noise.planted (nor, before 18, the search_path,
+# which a pgbouncer that tracks it sets again for the client that set it).
 #
 use strict;
 use warnings;
@@ -64,7 +75,8 @@ $node->safe_psql(
 	consumer_tables_sql(
 		'backend int NOT NULL DEFAULT pg_backend_pid()',
 		q{search_path text NOT NULL DEFAULT current_setting('search_path')},
-		q{unqualified oid DEFAULT to_regprocedure('dedup_claim(text, text)')})
+		q{unqualified oid DEFAULT to_regprocedure('dedup_claim(text, text)')},
+		q{planted text DEFAULT current_setting('noise.planted', true)})
 	  . q{
 CREATE SCHEMA dedup;
 CREATE EXTENSION dedup SCHEMA dedup;
@@ -86,6 +98,8 @@ GRANT USAGE ON SCHEMA hostile TO app;
 GRANT ALL ON ALL TABLES IN SCHEMA hostile TO app;
 });
 my $default_path = $node->safe_psql($db, q{SHOW search_path});
+# phase A's server connections start with the hostile search_path
+$node->safe_psql($db, qq{ALTER ROLE app IN DATABASE $db SET search_path = hostile});
 
 $broker->ready_ok;
 
@@ -183,7 +197,7 @@ signal($ctl_c, 'stop');
 signal($ctl_a, 'stop');
 is(join(',', $ca->stop(@h)), '0,0,0', 'phase A: concurrent consumers stopped cleanly');
 my $noise_res = finish_noise($ca, $noise_a, 'noise-a');
-cmp_ok($noise_res->{sets} // 0, '>', 0, "phase A: the noisy client set search_path = hostile $noise_res->{sets} times");
+cmp_ok($noise_res->{sets} // 0, '>', 0, "phase A: the noisy client set search_path and noise.planted = hostile $noise_res->{sets} times");
 
 my @d = $ca->deliveries(@workers_a);
 my $acks = grep { $_->{action} eq 'ack' } @d;
@@ -217,25 +231,16 @@ my $all = $node->safe_psql($db, q{SELECT count(DISTINCT backend) FROM applied WH
 cmp_ok($all, '<=', 2, "phase A: three consumers and the noisy client shared $all server connections (pool size 2)");
 
 # the hostile search_path reached the consumers, and misdirected nothing
-my ($leaked, $would) = split /\|/, $node->safe_psql($db, q{
-SELECT count(*) FILTER (WHERE search_path = 'hostile'),
-       count(*) FILTER (WHERE unqualified = 'hostile.dedup_claim(text, text)'::regprocedure)
+my ($applications, $leaked, $would, $planted) = split /\|/, $node->safe_psql($db, q{
+SELECT count(*), count(*) FILTER (WHERE search_path = 'hostile'),
+       count(*) FILTER (WHERE unqualified = 'hostile.dedup_claim(text, text)'::regprocedure),
+       count(*) FILTER (WHERE planted = 'hostile')
   FROM applied WHERE message_id LIKE 'a-%'});
-# PostgreSQL 18 reports search_path to clients (GUC_REPORT), and pgbouncer
-# then keeps each client's own: another client's SET no longer reaches a
-# transaction; before 18 it does, and the qualified calls must not care
-my $search_path_reported = $node->pg_version >= 18;
-if ($search_path_reported)
-{
-	is($leaked, 0,
-		'phase A: PostgreSQL 18: pgbouncer keeps each client\'s search_path, no application saw another client\'s');
-}
-else
-{
-	cmp_ok($leaked, '>', 0,
-		"phase A: $leaked applications ran on a server connection left with search_path = hostile by another client");
-}
-is($would, $leaked, 'phase A: ... where an unqualified dedup_claim would have been hostile.dedup_claim');
+is($leaked, $applications,
+	"phase A: all $applications applications ran with search_path = hostile, the role's setting the pool passed on");
+cmp_ok($planted, '>', 0,
+	"phase A: $planted applications ran on a server connection left with noise.planted = hostile by another client");
+is($would, $applications, 'phase A: ... where an unqualified dedup_claim would have been hostile.dedup_claim');
 is($node->safe_psql($db, q{SELECT (SELECT count(*) FROM hostile.calls) + (SELECT count(*) FROM hostile.applied)
   + (SELECT count(*) FROM hostile.processed_messages) + (SELECT sum(balance) FROM hostile.accounts)}),
 	'0', 'phase A: nothing misdirected: hostile.dedup_claim never called, hostile tables untouched');
@@ -243,6 +248,7 @@ my $stats = $node->safe_psql($db, q{SELECT claims, duplicates FROM dedup.dedup_s
 is($stats, (@$msgs_a + $died) . "|$false",
 	'phase A: dedup_stats: claims = 150 + 1 rolled back, duplicates = those the consumers saw');
 ok(defined stop_pgbouncer($pa), 'phase A: pgbouncer stopped on SIGTERM');
+$node->safe_psql($db, qq{ALTER ROLE app IN DATABASE $db RESET search_path});
 
 # ---------------------------------------------------------------------------
 # phase B: server_reset_query_always = 1
@@ -262,19 +268,26 @@ ok($cb->wait_drained('payments-b', scalar(@$copies_b), 'reset-1', 'reset-2'),
 signal($ctl_b, 'stop');
 is(join(',', $cb->stop(@hb)), '0,0', 'phase B: consumers stopped cleanly');
 $noise_res = finish_noise($cb, $noise_b, 'noise-b');
-cmp_ok($noise_res->{sets} // 0, '>', 0, "phase B: the noisy client set search_path = hostile $noise_res->{sets} times");
-SKIP:
+cmp_ok($noise_res->{sets} // 0, '>', 0, "phase B: the noisy client set search_path and noise.planted = hostile $noise_res->{sets} times");
+is($noise_res->{saw_planted}, 0,
+	'phase B: ... and its next transaction never had noise.planted (DISCARD ALL after each transaction)');
+# PostgreSQL 18 reports search_path to clients, and pgbouncer then gives the
+# noisy client the search_path it set back at each of its transactions
+if ($node->pg_version >= 18)
 {
-	skip 'PostgreSQL 18: pgbouncer gives the noisy client its own search_path back', 1
-	  if $search_path_reported;
+	is($noise_res->{saw_hostile}, $noise_res->{statements},
+		'phase B: PostgreSQL 18: ... while pgbouncer set the search_path it had set again for each of its transactions');
+}
+else
+{
 	is($noise_res->{saw_hostile}, 0,
-		'phase B: ... and its next transaction never had it (DISCARD ALL after each transaction)');
+		'phase B: ... nor the search_path (DISCARD ALL after each transaction)');
 }
 $cb->check_exactly_once(like => 'b-%', messages => $msgs_b,
 	records => 'dedup.processed_messages', balances => \%balance,
 	label => 'phase B');
-is($node->safe_psql($db, qq{SELECT count(*) FROM applied WHERE message_id LIKE 'b-%' AND search_path <> '$default_path'}),
-	'0', "phase B: every consumer transaction ran with search_path = $default_path");
+is($node->safe_psql($db, qq{SELECT count(*) FROM applied WHERE message_id LIKE 'b-%' AND (search_path <> '$default_path' OR planted = 'hostile')}),
+	'0', "phase B: every consumer transaction ran with search_path = $default_path and without noise.planted");
 cmp_ok($node->safe_psql($db, q{SELECT min(n) FROM (SELECT count(DISTINCT backend) n FROM applied WHERE message_id LIKE 'b-%' GROUP BY worker) s}),
 	'>', 1, 'phase B: each consumer still used several server backends');
 ok(defined stop_pgbouncer($pb), 'phase B: pgbouncer stopped on SIGTERM');
