@@ -573,6 +573,8 @@ routed_begin(FunctionCallInfo fcinfo, const char *name, const char *call,
 		PreventCommandIfReadOnly(call);
 	}
 	table = colocated_table(PG_GETARG_OID(0), call);
+	if (checks & ROUTED_WRITES)
+		dedup_citus_routed_write();
 	if (!(checks & ROUTED_CLAIMANT))
 		return table;
 	was = dedup_citus_reading_only(true);
