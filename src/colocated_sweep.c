@@ -57,14 +57,16 @@ typedef struct ColocatedAsOwner
 } ColocatedAsOwner;
 
 /*
- * Become the owner of records, in a security-restricted operation, with a
- * new GUC nest level and a search_path of pg_catalog, pg_temp only: what
- * the table's code sets ends with as_owner_end() (or the transaction's
- * abort, which restores both).
+ * Check the shape of records again (dedup_colocated_check_table()), then
+ * become its owner, in a security-restricted operation, with a new GUC nest
+ * level and a search_path of pg_catalog, pg_temp only (what the table's
+ * code sets ends with as_owner_end(), or the transaction's abort, which
+ * restores both), and connect to SPI.
  */
 static void
 as_owner_begin(Oid records, ColocatedAsOwner *state)
 {
+	dedup_colocated_check_table(records);
 	GetUserIdAndSecContext(&state->save_userid, &state->save_sec_context);
 	SetUserIdAndSecContext(dedup_table_owner(records),
 						   state->save_sec_context |
@@ -74,12 +76,15 @@ as_owner_begin(Oid records, ColocatedAsOwner *state)
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
 }
 
-/* Back to the user and the settings of before as_owner_begin(). */
+/* Finish SPI, back to the user and the settings of before as_owner_begin(). */
 static void
 as_owner_end(const ColocatedAsOwner *state)
 {
+	SPI_finish();
 	AtEOXact_GUC(false, state->save_nestlevel);
 	SetUserIdAndSecContext(state->save_userid, state->save_sec_context);
 }
@@ -88,7 +93,7 @@ as_owner_end(const ColocatedAsOwner *state)
  * Delete the expired rows of the registered records table records, with
  * the windows of dedup_retention (the retention rule of sweep.c, each
  * consumer's latest claim read from the whole distributed table), as the
- * table's owner (as_owner_begin()), after checking its shape again; return
+ * table's owner, after checking its shape again (as_owner_begin()); return
  * how many.  One distributed DELETE per consumer with expired rows, which
  * Citus runs on every shard at once: it cannot be bounded (no LIMIT on a
  * distributed table).  The caller holds a snapshot.
@@ -106,10 +111,7 @@ dedup_colocated_sweep_table(const DedupRelations *rels, Oid records)
 	ColocatedAsOwner owner;
 	int			rc;
 
-	dedup_colocated_check_table(records);
 	as_owner_begin(records, &owner);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
 					 "SELECT r.consumer, pg_catalog.max(r.processed_at) FROM %s r GROUP BY r.consumer",
@@ -149,7 +151,6 @@ dedup_colocated_sweep_table(const DedupRelations *rels, Oid records)
 			dedup_audit_sweep(consumer, cutoff, SPI_processed);
 		total += SPI_processed;
 	}
-	SPI_finish();
 	as_owner_end(&owner);
 	return total;
 }
@@ -280,10 +281,7 @@ count_table(const DedupRelations *rels, Oid records, void *arg)
 	StringInfoData sql;
 	int			rc;
 
-	dedup_colocated_check_table(records);
 	as_owner_begin(records, &owner);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 	rc = SPI_execute_with_args("SELECT pg_catalog.citus_total_relation_size($1)",
 							   1, argtypes, args, NULL, true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
@@ -320,7 +318,6 @@ count_table(const DedupRelations *rels, Oid records, void *arg)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		MemoryContextSwitchTo(old);
 	}
-	SPI_finish();
 	as_owner_end(&owner);
 }
 
