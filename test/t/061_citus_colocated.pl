@@ -741,7 +741,7 @@ note('11. the code of a records table\'s owner and the sweep (issue 29, items 1 
 # dedup.sweep_role (the sweep of processed_messages runs as it)
 query(q{
 CREATE ROLE tenant LOGIN;
-CREATE ROLE sweep_super SUPERUSER;
+CREATE ROLE sweep_super SUPERUSER LOGIN;
 GRANT EXECUTE ON FUNCTION dedup_register_colocated_records(regclass) TO tenant;
 CREATE TABLE stolen (who text, super boolean);
 GRANT INSERT ON stolen TO PUBLIC;
@@ -766,7 +766,8 @@ sub expired
 	my ($name, $consumer) = @_;
 	query(qq{
 INSERT INTO $name (route, consumer, message_id, processed_at)
-SELECT i, '$consumer', 'old-' || i, now() - interval '2 hours' FROM generate_series(1, 20) i;
+SELECT i, '$consumer', 'old-' || i, now() - interval '2 hours' FROM generate_series(1, 20) i
+	ON CONFLICT DO NOTHING;
 INSERT INTO $name (route, consumer, message_id) VALUES (1, '$consumer', 'fresh')
 	ON CONFLICT (route, consumer, message_id) DO UPDATE SET processed_at = EXCLUDED.processed_at;
 });
