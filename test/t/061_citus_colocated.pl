@@ -901,6 +901,47 @@ $coordinator->psql_fails_like('postgres',
 	qr/ERROR:  42501: permission denied for table tenant_claims/,
 	'that table by name is refused');
 
+query(q{GRANT DELETE ON tenant_claims TO tenant});
+
+# a trigger on the shards that never ends: the sweep stops at
+# dedup.sweep_max_duration, partial, and the next one can start
+query(q{
+CREATE OR REPLACE FUNCTION tenant_worker_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_sleep(3600);
+	RETURN OLD;
+END $$;
+});
+expired('tenant_claims', 'tenant-svc');
+$coordinator->safe_psql('postgres', q{ALTER SYSTEM SET dedup.sweep_max_duration = 2; SELECT pg_reload_conf();});
+is($coordinator->sweep('postgres'), 'partial',
+	'a trigger that sleeps on a worker: the sweep stops at dedup.sweep_max_duration, partial');
+$workers[0]->safe_psql('postgres',
+	q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'});
+query(q{
+CREATE OR REPLACE FUNCTION tenant_worker_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RETURN OLD;
+END $$;
+});
+$coordinator->safe_psql('postgres', q{ALTER SYSTEM RESET dedup.sweep_max_duration; SELECT pg_reload_conf();});
+ok($coordinator->sweep_until('postgres', 'done'), 'and the next sweep sweeps it');
+is(rows_of('tenant_claims'), '1', '(all of it)');
+
+# a worker down: every table fails, each reported, the sweep partial (not
+# failed: no back-off), and the next one sweeps once it is back
+$workers[1]->stop('immediate');
+is($coordinator->sweep('postgres'), 'partial', 'worker2 down: the sweep is partial');
+like(query(q{SELECT last_error FROM dedup_sweeper}),
+	qr/^colocated records table public\.\S+: connection to the remote node/,
+	'dedup_sweeper names a table and the connection error');
+($ret, $out, $err) = $coordinator->psql_verbose('postgres', q{SELECT dedup_sweep_colocated()});
+is($ret . $out, '00', 'dedup_sweep_colocated() with worker2 down: 0, no error');
+like($err, qr/WARNING:  .*: dedup could not sweep colocated records table "loyalty_claims": connection to the remote node/,
+	'a WARNING per table');
+$workers[1]->start;
+ok($coordinator->sweep_until('postgres', 'done'), 'worker2 back: the next sweep is done');
+
 # a dropped table leaves the registry; a new table that is given its OID
 # would otherwise be taken for it
 my $oid = query(q{SELECT 'late_claims'::regclass::oid});
