@@ -27,7 +27,15 @@
  * needs INSERT and SELECT on it, and the registry (dedup_colocated_tables)
  * is what keeps the table argument from naming any other table.  The
  * extension's local tables are only read here (the registry, the claimant
- * mapping, the windows): no two-phase commit is asked for (citus.c).
+ * mapping, the windows): no two-phase commit is asked for (citus.c), unless
+ * the transaction also writes on the coordinator (dedup_citus_routed_write).
+ *
+ * A records table carries no code of its owner's that a claim or the sweep
+ * would run (no trigger but TRUNCATE ones, no rule, no row security):
+ * refused at registration, and at every claim, sweep and count after a
+ * change.  A dropped records table leaves the registry through the
+ * extension's sql_drop event trigger (dedup_colocated_dropped), so that a
+ * table given its OID later is not taken for it.
  *
  * The statements are prepared once per backend and table (SPI_keepplan),
  * and dropped when the table's relcache entry, or the registry's, is
