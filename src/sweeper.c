@@ -288,9 +288,9 @@ sweeper_end(void)
 }
 
 /*
- * Sweep the colocated records table records (name: its qualified name),
- * in a transaction of its own, as its owner (colocated_sweep.c), bounded by
- * the sweep's deadline (a statement timeout); return the rows deleted.
+ * Sweep the colocated records table records in a transaction of its own,
+ * as its owner (colocated_sweep.c), bounded by the sweep's deadline (a
+ * statement timeout); return the rows deleted.
  */
 static uint64
 sweeper_sweep_colocated_table(Oid records, TimestampTz deadline)
@@ -364,7 +364,7 @@ sweeper_sweep_colocated(TimestampTz deadline)
 
 	forboth(lc, tables, lc2, names)
 	{
-		uint64		deleted = 0;
+		volatile uint64 deleted = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		if (sweeper_database_wanted())
