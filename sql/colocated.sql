@@ -115,5 +115,36 @@ SELECT c.relname FROM pg_extension e, unnest(e.extconfig) x(oid)
   JOIN pg_class c ON c.oid = x.oid
  WHERE e.extname = 'dedup' AND c.relname = 'dedup_colocated_tables';
 
+-- a dropped table takes its registry row with it (issue 29, item 8): the
+-- extension's sql_drop event trigger, enabled always; rows written by hand
+-- here, as no table can be registered without Citus
+SELECT evtname, evtevent, evtenabled FROM pg_event_trigger
+ WHERE evtname = 'dedup_colocated_dropped';
+CREATE TABLE gone (x int);
+CREATE TABLE kept (x int);
+CREATE SCHEMA dropped_schema;
+CREATE TABLE dropped_schema.also_gone (x int);
+INSERT INTO dedup_colocated_tables (records)
+VALUES ('gone'), ('kept'), ('dropped_schema.also_gone');
+DROP TABLE gone;
+SELECT records FROM dedup_colocated_tables ORDER BY records::text;
+-- with the schema, by a role with no privilege on the registry
+CREATE ROLE colocated_dropper;
+ALTER SCHEMA dropped_schema OWNER TO colocated_dropper;
+ALTER TABLE dropped_schema.also_gone OWNER TO colocated_dropper;
+SET ROLE colocated_dropper;
+DROP SCHEMA dropped_schema CASCADE;
+RESET ROLE;
+SELECT records FROM dedup_colocated_tables ORDER BY records::text;
+-- under session_replication_role = replica too
+SET session_replication_role = replica;
+DROP TABLE kept;
+RESET session_replication_role;
+SELECT count(*) FROM dedup_colocated_tables;
+-- not callable but as an event trigger
+SELECT dedup_colocated_dropped();
+\echo :SQLSTATE
+DROP ROLE colocated_dropper;
+
 DROP TABLE business;
 DROP EXTENSION dedup;

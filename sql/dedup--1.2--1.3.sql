@@ -32,7 +32,7 @@ BEGIN
 	  FROM pg_catalog.pg_extension e
 	  JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) e.extnamespace
 	 CROSS JOIN pg_catalog.unnest(ARRAY[
-			-- none yet: each section below names here what it creates
+			'function dedup_colocated_dropped()'
 		 ]::pg_catalog.text[]) AS n(object)
 	 CROSS JOIN LATERAL (SELECT pg_catalog.split_part(n.object, ' '::pg_catalog.text, 1) AS kind,
 								pg_catalog.split_part(n.object, ' '::pg_catalog.text, 2) AS name) AS w
@@ -100,3 +100,30 @@ BEGIN ATOMIC
 				 claimant)
 	ON CONFLICT (consumer_name, claimant) DO NOTHING;
 END;
+
+/* --- colocated records on Citus: a dropped table leaves the registry (issue 29, item 8) --- */
+
+/*
+ * A registered records table that is dropped takes its registry row with
+ * it, in the DROP's transaction: until 1.2 the row stayed, and a table made
+ * later that was given the same OID, of the same shape, was taken for the
+ * registered one (claimed into, swept).  An event trigger rather than a
+ * check at each use: nothing in a table tells a reused OID from the
+ * original.  ENABLE ALWAYS: it fires under session_replication_role =
+ * replica too.  dedup_colocated_dropped() deletes the rows as the
+ * registry's owner (colocated.c).  Rows of tables dropped before this
+ * update are deleted here.
+ */
+CREATE FUNCTION @extschema@.dedup_colocated_dropped()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'dedup_colocated_dropped'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.dedup_colocated_dropped() FROM PUBLIC;
+
+CREATE EVENT TRIGGER dedup_colocated_dropped ON sql_drop
+	EXECUTE FUNCTION @extschema@.dedup_colocated_dropped();
+ALTER EVENT TRIGGER dedup_colocated_dropped ENABLE ALWAYS;
+
+DELETE FROM @extschema@.dedup_colocated_tables t
+ WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_class c
+					WHERE c.oid OPERATOR(pg_catalog.=) t.records::pg_catalog.oid);

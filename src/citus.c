@@ -38,7 +38,17 @@
  * reads the extension's local tables: while it reads them
  * (dedup_citus_reading_only), no two-phase commit is asked for, and the
  * claim commits with the business update in Citus's one-phase commit of
- * that worker.  A local claim in the same transaction still asks for it.
+ * that worker.  A local claim in the same transaction still asks for it;
+ * so does any write on the coordinator itself (an outbox row, say): Citus
+ * commits the worker at its pre-commit, before the coordinator's commit,
+ * which can still fail (a serialization failure) and would keep the claim
+ * and lose the local write.  That write may come after the claim, so it is
+ * looked for at pre-commit (routed_pre_commit): a transaction that wrote
+ * colocated records and has a transaction ID on this node is made to commit
+ * with two-phase commit.  The callback is registered by the backend at its
+ * first routed write, after Citus's (registered when its library is
+ * preloaded), and PostgreSQL calls the latest registered first: it runs
+ * before Citus's pre-commit, which reads the flag.
  *
  * Citus is found through its catalog tables, looked up by name in
  * pg_catalog: dedup builds, and runs, without it.  They are read once per
@@ -56,6 +66,7 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/pg_namespace.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -94,6 +105,10 @@ static LocalTransactionId twopc_lxid = InvalidLocalTransactionId;
  * two-phase commit, and the claim's write goes to the worker alone.
  */
 static bool reading_only = false;
+
+/* the transaction that wrote colocated records (routed_pre_commit) */
+static LocalTransactionId routed_lxid = InvalidLocalTransactionId;
+static bool routed_callback_registered = false;
 
 static Use2PCFunction use_2pc = NULL;
 static bool use_2pc_looked_up = false;
@@ -222,6 +237,41 @@ require_2pc(void)
 				errdetail("The Citus library does not export Use2PCForCoordinatedTransaction: a write to a worker in this transaction would be committed before the claim, and lost claims would let redelivered messages be applied again."),
 				errhint("Use a Citus build that exports it, or keep dedup on a node that is not a Citus coordinator with workers."));
 	use_2pc();
+}
+
+/*
+ * Pre-commit of a transaction that wrote colocated records: if it also
+ * wrote on this node, make Citus commit it with two-phase commit (see the
+ * header comment).
+ */
+static void
+routed_pre_commit(XactEvent event, void *arg)
+{
+	if (event != XACT_EVENT_PRE_COMMIT || routed_lxid != dedup_local_xid())
+		return;
+	routed_lxid = InvalidLocalTransactionId;
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()) &&
+		twopc_lxid != dedup_local_xid())
+	{
+		require_2pc();
+		twopc_lxid = dedup_local_xid();
+	}
+}
+
+/*
+ * This transaction writes colocated records (a routed claim or forget):
+ * at its pre-commit, a write on this node makes it commit with two-phase
+ * commit.
+ */
+void
+dedup_citus_routed_write(void)
+{
+	if (!routed_callback_registered)
+	{
+		RegisterXactCallback(routed_pre_commit, NULL);
+		routed_callback_registered = true;
+	}
+	routed_lxid = dedup_local_xid();
 }
 
 /*

@@ -17,6 +17,7 @@
 extern void dedup_citus_check(const DedupRelations *rels);
 extern int32 dedup_citus_group(void);
 extern bool dedup_citus_reading_only(bool on);
+extern void dedup_citus_routed_write(void);
 extern bool dedup_citus_distributed(Oid relid);
 extern AttrNumber dedup_citus_hash_column(Oid relid);
 

@@ -27,7 +27,15 @@
  * needs INSERT and SELECT on it, and the registry (dedup_colocated_tables)
  * is what keeps the table argument from naming any other table.  The
  * extension's local tables are only read here (the registry, the claimant
- * mapping, the windows): no two-phase commit is asked for (citus.c).
+ * mapping, the windows): no two-phase commit is asked for (citus.c), unless
+ * the transaction also writes on the coordinator (dedup_citus_routed_write).
+ *
+ * A records table carries no code of its owner's that a claim or the sweep
+ * would run (no trigger but TRUNCATE ones, no rule, no row security):
+ * refused at registration, and at every claim, sweep and count after a
+ * change.  A dropped records table leaves the registry through the
+ * extension's sql_drop event trigger (dedup_colocated_dropped), so that a
+ * table given its OID later is not taken for it.
  *
  * The statements are prepared once per backend and table (SPI_keepplan),
  * and dropped when the table's relcache entry, or the registry's, is
@@ -46,7 +54,9 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_operator.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "commands/event_trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -87,6 +97,7 @@ PG_FUNCTION_INFO_V1(dedup_claim_routed);
 PG_FUNCTION_INFO_V1(dedup_claim_routed_many);
 PG_FUNCTION_INFO_V1(dedup_seen_routed);
 PG_FUNCTION_INFO_V1(dedup_forget_routed);
+PG_FUNCTION_INFO_V1(dedup_colocated_dropped);
 
 /* the columns of a records table, in this order */
 #define ROUTE_ATTNUM 1
@@ -350,6 +361,50 @@ defaults_to_now(Relation rel)
 }
 
 /*
+ * Refuse a records table that carries code of its owner's that the sweep,
+ * or a claim, would run: a trigger (but a TRUNCATE-only one, which Citus
+ * puts on every distributed table and no DELETE or INSERT fires), a rule, or
+ * row security (whose policies may call functions).  The sweep runs as the
+ * table's owner, so such code could only ever act with the owner's rights;
+ * refused all the same, as it could delete or keep what it likes, or hold
+ * the sweeper (colocated_sweep.c).
+ */
+static void
+check_no_user_code(Relation rel)
+{
+	if (rel->trigdesc != NULL)
+	{
+		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
+		{
+			Trigger    *trigger = &rel->trigdesc->triggers[i];
+
+			if (trigger->tgtype != TRIGGER_TYPE_TRUNCATE)
+				ereport(ERROR,
+						errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						errmsg("table \"%s\" is not usable as colocated records",
+							   RelationGetRelationName(rel)),
+						errdetail("It has trigger \"%s\", whose code the sweep and the claims would run.",
+								  trigger->tgname),
+						errhint("Drop it (a foreign key referencing the table has triggers on it too); records tables carry no triggers, rules or row security."));
+		}
+	}
+	if (rel->rd_rules != NULL)
+		ereport(ERROR,
+				errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				errmsg("table \"%s\" is not usable as colocated records",
+					   RelationGetRelationName(rel)),
+				errdetail("It has a rule, which would rewrite the sweep's and the claims' statements."),
+				errhint("Drop each of its rules with DROP RULE; records tables carry no triggers, rules or row security."));
+	if (rel->rd_rel->relrowsecurity || rel->rd_rel->relforcerowsecurity)
+		ereport(ERROR,
+				errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				errmsg("table \"%s\" is not usable as colocated records",
+					   RelationGetRelationName(rel)),
+				errdetail("Row security is enabled on it: its policies would decide which rows the sweep and the claims see, and run their functions."),
+				errhint("Run ALTER TABLE ... DISABLE ROW LEVEL SECURITY and NO FORCE ROW LEVEL SECURITY on it."));
+}
+
+/*
  * Check that rel has exactly the shape of the records tables
  * dedup_create_colocated_records() makes, and that it is hash-distributed
  * by its route column: what a claim, its answer, the sweep and the commit
@@ -376,11 +431,26 @@ check_records_table(Relation rel)
 	if (!defaults_to_now(rel))
 		refuse_shape(rel, "Its column processed_at must default to now(): a claim inserts no time.");
 	check_indexes(rel);
+	check_no_user_code(rel);
 	if (!dedup_citus_distributed(RelationGetRelid(rel)))
 		refuse_shape(rel, "It is not a distributed table: a claim in it would commit on the coordinator apart from the business update on the worker.");
 	if (dedup_citus_hash_column(RelationGetRelid(rel)) != ROUTE_ATTNUM)
 		refuse_shape(rel, "It must be hash-distributed by its route column, as the business table is by its key: a claim must land in the shard of the business row.");
 	return route_type;
+}
+
+/*
+ * Check records (registered) as a claim does, before each sweep and count
+ * of it: its shape may have changed since it was registered.  Raises the
+ * refusal of check_records_table().
+ */
+void
+dedup_colocated_check_table(Oid records)
+{
+	Relation	rel = table_open(records, AccessShareLock);
+
+	check_records_table(rel);
+	table_close(rel, NoLock);
 }
 
 /*
@@ -573,6 +643,8 @@ routed_begin(FunctionCallInfo fcinfo, const char *name, const char *call,
 		PreventCommandIfReadOnly(call);
 	}
 	table = colocated_table(PG_GETARG_OID(0), call);
+	if (checks & ROUTED_WRITES)
+		dedup_citus_routed_write();
 	if (!(checks & ROUTED_CLAIMANT))
 		return table;
 	was = dedup_citus_reading_only(true);
@@ -1051,4 +1123,56 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 
 	register_records(records);
 	PG_RETURN_OID(records);
+}
+
+/*
+ * dedup_colocated_dropped() RETURNS event_trigger
+ *
+ * The extension's sql_drop event trigger: delete the registry rows of the
+ * tables the command dropped, so that a table made later, which may be
+ * given a dropped one's OID, is never taken for a registered one.  The
+ * registry is found by name in the extension's schema and must be a member
+ * of the extension (dedup_member_table()); nothing else of the extension is
+ * looked at, so that no DROP fails here (on a Citus worker, or with a table
+ * of the extension tampered with).  The rows are deleted as the registry's
+ * owner, in a security-restricted operation: whoever drops a records table
+ * needs no privilege on the registry.
+ */
+Datum
+dedup_colocated_dropped(PG_FUNCTION_ARGS)
+{
+	Oid			registry = dedup_member_table("dedup_colocated_tables");
+	StringInfoData sql;
+	Oid			save_userid;
+	int			save_sec_context;
+	int			rc;
+
+	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_EVENT_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("dedup_colocated_dropped() must be called as an event trigger"));
+	if (!OidIsValid(registry))
+		PG_RETURN_VOID();
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "DELETE FROM %s t WHERE t.records::pg_catalog.oid OPERATOR(pg_catalog.=) ANY "
+					 "(SELECT d.objid FROM pg_catalog.pg_event_trigger_dropped_objects() d "
+					 "WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass "
+					 "AND d.objsubid OPERATOR(pg_catalog.=) 0)",
+					 quote_qualified_identifier(get_namespace_name(get_rel_namespace(registry)),
+												get_rel_name(registry)));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(dedup_table_owner(registry),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute(sql.data, false, 0);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "unregistering dropped tables failed: %s",
+			 SPI_result_code_string(rc));
+	SPI_finish();
+	PG_RETURN_VOID();
 }

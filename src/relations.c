@@ -536,6 +536,23 @@ extension_lookup(Oid *schema)
 	return extension;
 }
 
+/*
+ * The extension's table called name, found as relations_load() finds it but
+ * without looking at anything else (InvalidOid when dedup or the table is
+ * not there): for code that must not fail where dedup_relations() would,
+ * such as the event trigger that every DROP runs (colocated.c).
+ */
+Oid
+dedup_member_table(const char *name)
+{
+	Oid			schema = InvalidOid;
+	Oid			extension = extension_lookup(&schema);
+
+	if (!OidIsValid(extension))
+		return InvalidOid;
+	return member_table(extension, schema, name);
+}
+
 /* What relations_load found */
 typedef enum RelationsLoad
 {

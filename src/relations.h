@@ -44,6 +44,7 @@ extern const DedupRelations *dedup_relations(bool missing_ok);
 extern Relation dedup_table_open(DedupTable table, LOCKMODE lockmode,
 								 bool missing_ok, const DedupRelations **rels);
 extern Oid	dedup_table_owner(Oid relid);
+extern Oid	dedup_member_table(const char *name);
 extern void dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
 						   StrategyNumber strategy, Datum value);
 

@@ -31,11 +31,12 @@
  * It runs no SQL on processed_messages: rows are found and deleted through
  * the table's index, by OID (sweep.c).  On a Citus coordinator it then
  * sweeps the colocated records tables with distributed DELETEs through
- * SPI (colocated_sweep.c, sweeper_sweep_colocated).  Each sweep
- * transaction runs as dedup.sweep_role, or else the owner of the table, in
- * a security-restricted operation (as VACUUM and REFRESH MATERIALIZED VIEW
- * run as the table's owner), and only if that role has the privileges a
- * DELETE of expired rows would need.  The
+ * SPI (colocated_sweep.c, sweeper_sweep_colocated), each table as its owner
+ * and on its own: one that fails does not stop the others.  Each sweep
+ * transaction of processed_messages runs as dedup.sweep_role, or else the
+ * owner of the table, in a security-restricted operation (as VACUUM and
+ * REFRESH MATERIALIZED VIEW run as the table's owner), and only if that
+ * role has the privileges a DELETE of expired rows would need.  The
  * session user stays the bootstrap superuser: pg_stat_activity shows the
  * role in the sweeper's query text.  Each also has a GUC nest level of its
  * own, as VACUUM gives the work it runs as a table's owner: a setting that
@@ -412,13 +413,45 @@ sweeper_end(void)
 }
 
 /*
+ * Sweep the colocated records table records in a transaction of its own,
+ * as its owner (colocated_sweep.c), bounded by the sweep's deadline (the
+ * statement timeout dedup_sweeper_main arms); return the rows deleted.
+ */
+static uint64
+sweeper_sweep_colocated_table(Oid records)
+{
+	const DedupRelations *rels;
+	uint64		deleted = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rels = dedup_relations(true);
+	if (rels != NULL &&
+		SearchSysCacheExists1(RELOID, ObjectIdGetDatum(records)))
+	{
+		namestrcpy(&sweep_role_name,
+				   GetUserNameFromId(dedup_table_owner(records), false));
+		sweeper_report("deleting expired colocated claims");
+		deleted = dedup_colocated_sweep_table(rels, records);
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return deleted;
+}
+
+/*
  * On a Citus coordinator, sweep the registered colocated records tables
- * (colocated.c), each in a transaction of its own, as dedup.sweep_role or
- * else the table's owner, in a security-restricted operation: one
- * distributed DELETE per consumer, which Citus runs on every shard over
- * connections it opens to the workers as that role.  Unlike the batches
- * above these deletes cannot be bounded (a distributed table takes no
- * LIMIT): each takes what one consumer has expired.
+ * (colocated.c), each in a transaction of its own, as its owner, in a
+ * security-restricted operation (colocated_sweep.c): one distributed
+ * DELETE per consumer, which Citus runs on every shard over connections it
+ * opens to the workers as that role.  Unlike the batches above these
+ * deletes cannot be bounded (a distributed table takes no LIMIT): each
+ * takes what one consumer has expired, within the sweep's deadline.  A
+ * table that fails (refused for its shape, its owner's privileges, a worker
+ * down) is logged and its error shown in dedup_sweeper, and the others are
+ * swept all the same: the sweep then ends partial.
  */
 static DedupSweepOutcome
 sweeper_sweep_colocated(TimestampTz deadline)
@@ -426,7 +459,10 @@ sweeper_sweep_colocated(TimestampTz deadline)
 	MemoryContext sweep_context = CurrentMemoryContext;
 	const DedupRelations *rels;
 	List	   *tables = NIL;
+	List	   *names = NIL;
 	ListCell   *lc;
+	ListCell   *lc2;
+	DedupSweepOutcome outcome = DEDUP_SWEEP_DONE;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -437,16 +473,18 @@ sweeper_sweep_colocated(TimestampTz deadline)
 		MemoryContext oldcontext = MemoryContextSwitchTo(sweep_context);
 
 		tables = dedup_colocated_tables(rels);
+		foreach(lc, tables)
+			names = lappend(names,
+							quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
+													   get_rel_name(lfirst_oid(lc))));
 		MemoryContextSwitchTo(oldcontext);
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
-	foreach(lc, tables)
+	forboth(lc, tables, lc2, names)
 	{
-		Oid			records = lfirst_oid(lc);
-		Oid			role;
-		uint64		deleted = 0;
+		volatile uint64 deleted = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		if (sweeper_database_wanted())
@@ -454,23 +492,40 @@ sweeper_sweep_colocated(TimestampTz deadline)
 		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 			return DEDUP_SWEEP_PARTIAL;
 
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		GetUserIdAndSecContext(&session_userid, &session_sec_context);
-		PushActiveSnapshot(GetTransactionSnapshot());
-		rels = dedup_relations(true);
-		if (rels != NULL &&
-			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(records)))
+		PG_TRY();
 		{
-			role = sweeper_role(records);
-			sweeper_become(role);
-			sweeper_report("deleting expired colocated claims");
-			deleted = dedup_colocated_sweep_table(rels, records);
+			deleted = sweeper_sweep_colocated_table(lfirst_oid(lc));
 		}
-		sweeper_end();
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(sweep_context);
+			edata = CopyErrorData();
+			/* cancelled, or out of time: the sweep stops (dedup_sweeper_main) */
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+				PG_RE_THROW();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			outcome = DEDUP_SWEEP_PARTIAL;
+			/* rows locked elsewhere: as for processed_messages, no failure */
+			if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			{
+				ereport(LOG,
+						errcode(edata->sqlerrcode),
+						errmsg("dedup sweep of colocated records table %s failed: %s",
+							   (char *) lfirst(lc2), edata->message),
+						errdetail("The other registered tables are swept all the same; this one is tried again at the next sweep."));
+				dedup_sweeper_error(psprintf("colocated records table %s: %s",
+											 (char *) lfirst(lc2),
+											 edata->message));
+			}
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
 		dedup_sweeper_progress(deleted);
 	}
-	return DEDUP_SWEEP_DONE;
+	return outcome;
 }
 
 /*

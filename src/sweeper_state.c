@@ -648,6 +648,14 @@ dedup_sweeper_log_blocked(int *blocked_sweeps)
 	return !probing && log_blocked(*blocked_sweeps);
 }
 
+/* the sweeper's last error, for dedup_sweeper; the caller holds the lock */
+static void
+keep_error(const char *error)
+{
+	strlcpy(my_slot->last_error, error, ERROR_LEN);
+	my_slot->last_error_at = GetCurrentTimestamp();
+}
+
 /*
  * The sweep's outcome, with the error it ended with (or NULL), for the
  * launcher's schedule and the dedup_sweeper view.  A blocked sweep counts
@@ -668,10 +676,19 @@ dedup_sweeper_finish(DedupSweepOutcome outcome, const char *error)
 	else if (my_slot->state == DB_ACTIVE)
 		my_slot->blocked_sweeps++;
 	if (error != NULL)
-	{
-		strlcpy(my_slot->last_error, error, ERROR_LEN);
-		my_slot->last_error_at = GetCurrentTimestamp();
-	}
+		keep_error(error);
+	LWLockRelease(sweeper_state->lock);
+}
+
+/*
+ * A part of the sweep failed (a colocated records table) and the rest goes
+ * on: show its error in the dedup_sweeper view, whatever the outcome.
+ */
+void
+dedup_sweeper_error(const char *error)
+{
+	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+	keep_error(error);
 	LWLockRelease(sweeper_state->lock);
 }
 

@@ -61,5 +61,6 @@ extern void dedup_sweeper_prepared_found(bool marked, int nprepared,
 extern bool dedup_sweeper_log_blocked(int *blocked_sweeps);
 extern void dedup_sweeper_finish(DedupSweepOutcome outcome,
 								 const char *error);
+extern void dedup_sweeper_error(const char *error);
 
 #endif							/* DEDUP_SWEEPER_STATE_H */

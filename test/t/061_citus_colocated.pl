@@ -39,7 +39,17 @@
 #     key, indexes, the default of processed_at);
 #  9. a worker down before the commit: the commit fails, nothing is kept
 #     once it is back, and the redelivery is claimed and applied once; a
-#     worker down at the claim: the claim fails (never false or NULL).
+#     worker down at the claim: the claim fails (never false or NULL);
+# 10. (issue 29, item 7) a routed claim and a write to a local table commit
+#     with two-phase commit: a SERIALIZABLE coordinator whose commit fails
+#     (40001) after Citus's pre-commit keeps neither the claim nor the update;
+# 11. (issue 29, items 1 and 8) a tenant's registered table: a rule added
+#     later never runs with the sweep role's rights (the table is skipped,
+#     reported, and the tables registered after it are swept, by the
+#     sweeper, dedup_sweep_colocated() and dedup_colocated_storage()); a
+#     trigger on its shards runs as the tenant; its owner's privilege
+#     revoked fails that table alone; an operator who may not read one
+#     table sweeps the others; a dropped table leaves the registry.
 #
 use strict;
 use warnings;
@@ -580,6 +590,19 @@ my %bad = (
 	'a partial index for the sweep' => [
 		q{DROP INDEX bad_sweep; CREATE INDEX bad_sweep ON bad (consumer, processed_at) WHERE consumer <> ''},
 		'It lacks a btree index on \(consumer, processed_at\)'
+	],
+	# code of the table's owner that the sweep would run (issue 29, item 1)
+	'a trigger' => [
+		q{SET citus.enable_unsafe_triggers = on; CREATE TRIGGER bad_delete BEFORE DELETE ON bad FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()},
+		'It has trigger "bad_delete", whose code the sweep and the claims would run'
+	],
+	'a rule' => [
+		q{CREATE RULE bad_rule AS ON DELETE TO bad DO ALSO NOTIFY bad},
+		'It has a rule, which would rewrite'
+	],
+	'row security' => [
+		q{ALTER TABLE bad ENABLE ROW LEVEL SECURITY},
+		'Row security is enabled on it'
 	],);
 for my $case (sort keys %bad)
 {
@@ -657,5 +680,274 @@ is($ret . $out, '0t', 'the redelivery is claimed');
 is($out, 'f', 'once');
 is(query(qq{SELECT points FROM loyalty WHERE customer_id = $customer}), $points + 1,
 	'and applied once');
+
+###############################################################################
+note('10. a claim and a local write commit together (issue 29, item 7)');
+
+# outbox is local on the coordinator.  Two SERIALIZABLE transactions that
+# each read it and write it: the second to commit is doomed as a pivot when
+# the first commits, and fails at its own COMMIT, after Citus's pre-commit.
+query(q{CREATE TABLE outbox (id bigserial PRIMARY KEY, note text)});
+$points = query(q{SELECT points FROM loyalty WHERE customer_id = 6});
+my $consumer = $coordinator->background_psql('postgres', on_error_stop => 0);
+my $writer = $coordinator->background_psql('postgres', on_error_stop => 0);
+$consumer->query_safe('\set VERBOSITY verbose');
+$consumer->query_safe('SET citus.log_remote_commands = on');
+$consumer->query_safe('SET client_min_messages = log');
+step($consumer, 'BEGIN ISOLATION LEVEL SERIALIZABLE');
+step($consumer, 'SELECT count(*) FROM outbox');
+step($writer, 'BEGIN ISOLATION LEVEL SERIALIZABLE');
+step($writer, 'SELECT count(*) FROM outbox');
+is(step($consumer, q{SELECT dedup_claim_routed('loyalty_claims', '6', 'outbox-svc', 'ser-1')}),
+	't', 'the consumer claims');
+step($consumer, q{UPDATE loyalty SET points = points + 1 WHERE customer_id = 6});
+step($consumer, q{INSERT INTO outbox (note) VALUES ('ser-1 applied')});
+step($writer, q{INSERT INTO outbox (note) VALUES ('another')});
+is(step($writer, 'COMMIT'), '', 'the concurrent writer commits');
+like(step($consumer, 'COMMIT'), qr/ERROR 40001/,
+	'the consumer\'s COMMIT fails on the coordinator (40001)');
+# with two-phase commit Citus logs the transaction (pg_dist_transaction)
+# before it prepares, and the doomed transaction fails there
+unlike($consumer->{stderr}, qr/issuing COMMIT/,
+	'the worker was not committed before the coordinator (two-phase commit: a local write)');
+like($consumer->{stderr}, qr/issuing ROLLBACK/, 'it was rolled back');
+$consumer->quit;
+$writer->quit;
+is(query(q{SELECT dedup_seen_routed('loyalty_claims', '6', 'outbox-svc', 'ser-1')}),
+	'f', 'the claim was rolled back with the local write');
+is(query(q{SELECT points FROM loyalty WHERE customer_id = 6}), $points,
+	'and the update');
+is(query(q{SELECT count(*) FROM outbox WHERE note = 'ser-1 applied'}), '0',
+	'(the outbox row is lost)');
+is(query(q{SELECT dedup_claim_routed('loyalty_claims', '6', 'outbox-svc', 'ser-1')}),
+	't', 'the redelivery is claimed, and applied once');
+
+# the local write first, then the claim: two-phase commit too
+($ret, $out, $err) = $coordinator->psql('postgres', q{
+SET citus.log_remote_commands = on;
+SET client_min_messages = log;
+BEGIN;
+INSERT INTO outbox (note) VALUES ('first');
+SELECT dedup_claim_routed('loyalty_claims', '6', 'outbox-svc', 'ser-2');
+COMMIT;});
+like($err, qr/PREPARE TRANSACTION/, 'a local write before the claim: two-phase commit');
+($ret, $out, $err) = consume(6, 'ser-3');
+unlike($err, qr/PREPARE TRANSACTION/, 'a claim and a distributed update alone: still one-phase');
+
+###############################################################################
+note('11. the code of a records table\'s owner and the sweep (issue 29, items 1 and 8)');
+
+# a tenant, who registers a records table of its own; a superuser as
+# dedup.sweep_role (the sweep of processed_messages runs as it)
+query(q{
+CREATE ROLE tenant LOGIN;
+CREATE ROLE sweep_super SUPERUSER LOGIN;
+GRANT EXECUTE ON FUNCTION dedup_register_colocated_records(regclass) TO tenant;
+CREATE TABLE stolen (who text, super boolean);
+GRANT INSERT ON stolen TO PUBLIC;
+});
+$_->safe_psql('postgres', q{CREATE TABLE stolen (who text, super boolean); GRANT INSERT ON stolen TO PUBLIC})
+  for @workers;
+sub records_table
+{
+	my ($name, $owner) = @_;
+	query(qq{
+CREATE TABLE $name (route bigint NOT NULL, consumer text NOT NULL,
+	message_id text NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (route, consumer, message_id));
+CREATE INDEX ON $name (consumer, processed_at);
+SELECT create_distributed_table('$name', 'route', colocate_with => 'loyalty');
+ALTER TABLE $name OWNER TO $owner;
+});
+}
+# 20 expired rows of consumer (one per customer: on every shard), a fresh one
+sub expired
+{
+	my ($name, $consumer) = @_;
+	query(qq{
+INSERT INTO $name (route, consumer, message_id, processed_at)
+SELECT i, '$consumer', 'old-' || i, now() - interval '2 hours' FROM generate_series(1, 20) i
+	ON CONFLICT DO NOTHING;
+INSERT INTO $name (route, consumer, message_id) VALUES (1, '$consumer', 'fresh')
+	ON CONFLICT (route, consumer, message_id) DO UPDATE SET processed_at = EXCLUDED.processed_at;
+});
+}
+sub rows_of { return query(qq{SELECT count(*) FROM $_[0]}) }
+
+records_table('tenant_claims', 'tenant');
+($ret, $out, $err) = $coordinator->psql('postgres',
+	q{SET ROLE tenant; SELECT dedup_register_colocated_records('tenant_claims')});
+is($ret . $out, '0tenant_claims', 'the tenant registers its table');
+records_table('late_claims', query('SELECT current_user'));
+query(q{SELECT dedup_register_colocated_records('late_claims')});
+is(query(q{SELECT string_agg(records::text, ',' ORDER BY registered_at) FROM dedup_colocated_tables}),
+	'loyalty_claims,hand_claims,tenant_claims,late_claims', 'registered after the tenant\'s: late_claims');
+expired('tenant_claims', 'tenant-svc');
+expired('late_claims', 'late-svc');
+
+# a rule, added after the registration: its actions would run on the
+# coordinator as whoever sweeps (a superuser here), in the sweep's DELETE
+query(q{
+SELECT dedup_claim('keeper', 'kept-forever');
+CREATE FUNCTION tenant_escalate() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO stolen VALUES (current_user, current_setting('is_superuser')::boolean);
+	BEGIN
+		DELETE FROM processed_messages WHERE consumer_name = 'keeper';
+		EXECUTE 'ALTER ROLE tenant SUPERUSER';
+	EXCEPTION WHEN insufficient_privilege THEN
+		NULL;
+	END;
+	RETURN true;
+END $$;
+ALTER FUNCTION tenant_escalate() OWNER TO tenant;
+});
+($ret, $out, $err) = $coordinator->psql('postgres', q{
+SET ROLE tenant;
+CREATE RULE tenant_rule AS ON DELETE TO tenant_claims DO ALSO SELECT tenant_escalate();});
+is($ret, 0, 'the tenant adds a rule on DELETE to its registered table') or diag($err);
+$coordinator->safe_psql('postgres', q{
+ALTER SYSTEM SET dedup.sweep_role = 'sweep_super';
+SELECT pg_reload_conf();});
+$log_offset = -s $coordinator->logfile;
+is($coordinator->sweep('postgres'), 'partial', 'the sweep: partial');
+is(query(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'tenant'}), 'f',
+	'the tenant\'s code did not run as the sweep role (no ALTER ROLE tenant SUPERUSER)');
+is(query(q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'keeper'}), '1',
+	'nor deleted another consumer\'s records');
+is(query(q{SELECT count(*) FROM stolen}), '0', 'it did not run at all');
+is(rows_of('tenant_claims'), '21', 'the tenant\'s table is not swept');
+is(rows_of('late_claims'), '1', 'the table registered after it is');
+like(query(q{SELECT last_error FROM dedup_sweeper}),
+	qr/^colocated records table public.tenant_claims: table "tenant_claims" is not usable as colocated records$/,
+	'dedup_sweeper shows which table failed, and why');
+is($coordinator->log_count($log_offset,
+		qr/LOG:  dedup sweep of colocated records table public.tenant_claims failed: table "tenant_claims" is not usable as colocated records\n.*DETAIL:  The other registered tables are swept all the same/),
+	1, 'and the log');
+
+# the same for an operator's dedup_sweep_colocated() and the storage figures
+expired('late_claims', 'late-svc');
+($ret, $out, $err) = $coordinator->psql_verbose('postgres', q{SELECT dedup_sweep_colocated()});
+is($ret . $out, '020', 'dedup_sweep_colocated() sweeps the other tables');
+like($err, qr/WARNING:  42809: dedup could not sweep colocated records table "tenant_claims": table "tenant_claims" is not usable as colocated records/,
+	'and names the refused one in a WARNING');
+($ret, $out, $err) = $coordinator->psql_verbose('postgres',
+	q{SELECT string_agg(DISTINCT records::text, ',') FROM dedup_colocated_storage()});
+is($out, 'hand_claims,late_claims,loyalty_claims', 'dedup_colocated_storage() leaves it out');
+like($err, qr/WARNING:  42809: dedup could not count colocated records table "tenant_claims"/,
+	'with a WARNING');
+is(query(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'tenant'}) . query(q{SELECT count(*) FROM stolen}),
+	'f0', 'the tenant\'s code ran for neither');
+
+# the tenant drops its rule and puts a trigger on its shards on a worker,
+# where the coordinator cannot see it: the DELETE runs there as the table's
+# owner, never as the sweep role
+query(q{DROP RULE tenant_rule ON tenant_claims});
+query(q{
+CREATE FUNCTION tenant_worker_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO stolen VALUES (current_user, current_setting('is_superuser')::boolean);
+	RETURN OLD;
+END $$;
+});
+is($workers[0]->safe_psql('postgres', q{
+SET citus.enable_manual_changes_to_shards = on;
+SET citus.override_table_visibility = off;
+SET ROLE tenant;
+DO $$
+DECLARE
+	shard regclass;
+BEGIN
+	FOR shard IN SELECT oid FROM pg_class WHERE relname ~ '^tenant_claims_[0-9]+$' AND relkind = 'r' LOOP
+		EXECUTE format('CREATE TRIGGER tenant_shard BEFORE DELETE ON %s FOR EACH ROW EXECUTE FUNCTION tenant_worker_trigger()', shard);
+	END LOOP;
+END $$;
+SELECT count(*) > 0 FROM pg_trigger WHERE tgname = 'tenant_shard';
+}), 't', 'the tenant puts a trigger on its shards on worker1');
+is($coordinator->sweep('postgres'), 'done', 'the sweep without the rule: done');
+is(rows_of('tenant_claims'), '1', 'the tenant\'s table is swept');
+is($workers[0]->safe_psql('postgres', q{SELECT DISTINCT who || '/' || super FROM stolen}),
+	'tenant/false', 'the trigger on the worker ran as the tenant, not as the sweep role');
+
+# a tenant that takes the DELETE privilege from itself (its table's owner,
+# whom the sweep runs as): that table fails, the others are swept
+query(q{REVOKE DELETE ON tenant_claims FROM tenant});
+expired('tenant_claims', 'tenant-svc');
+expired('late_claims', 'late-svc');
+$coordinator->safe_psql('postgres', q{ALTER SYSTEM RESET dedup.sweep_role; SELECT pg_reload_conf();});
+$log_offset = -s $coordinator->logfile;
+is($coordinator->sweep('postgres'), 'partial', 'a table the sweep may not delete from: partial');
+is(rows_of('late_claims'), '1', 'the tables registered after it are swept');
+is(rows_of('tenant_claims'), '21', 'it is not');
+like(query(q{SELECT last_error FROM dedup_sweeper}),
+	qr/^colocated records table public.tenant_claims: permission denied for table tenant_claims$/,
+	'dedup_sweeper says which and why');
+
+# an operator who may not read it: dedup_sweep_colocated() sweeps the others
+query(q{
+CREATE ROLE sweep_operator;
+GRANT EXECUTE ON FUNCTION dedup_sweep_colocated(regclass) TO sweep_operator;
+GRANT SELECT, DELETE ON late_claims, loyalty_claims TO sweep_operator;
+GRANT SELECT, DELETE ON hand_claims TO sweep_operator;
+});
+expired('late_claims', 'late-svc');
+($ret, $out, $err) = $coordinator->psql_verbose('postgres',
+	q{SET ROLE sweep_operator; SELECT dedup_sweep_colocated()});
+is($ret . $out, '020', 'dedup_sweep_colocated() by an operator who cannot read one table sweeps the others');
+like($err, qr/WARNING:  42501: dedup could not sweep colocated records table "tenant_claims": permission denied for table tenant_claims/,
+	'and names it');
+$coordinator->psql_fails_like('postgres',
+	q{SET ROLE sweep_operator; SELECT dedup_sweep_colocated('tenant_claims')},
+	qr/ERROR:  42501: permission denied for table tenant_claims/,
+	'that table by name is refused');
+
+query(q{GRANT DELETE ON tenant_claims TO tenant});
+
+# a trigger on the shards that never ends: the sweep stops at
+# dedup.sweep_max_duration, partial, and the next one can start
+query(q{
+CREATE OR REPLACE FUNCTION tenant_worker_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_sleep(3600);
+	RETURN OLD;
+END $$;
+});
+expired('tenant_claims', 'tenant-svc');
+$coordinator->safe_psql('postgres', q{ALTER SYSTEM SET dedup.sweep_max_duration = 2; SELECT pg_reload_conf();});
+is($coordinator->sweep('postgres'), 'partial',
+	'a trigger that sleeps on a worker: the sweep stops at dedup.sweep_max_duration, partial');
+$workers[0]->safe_psql('postgres',
+	q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'});
+query(q{
+CREATE OR REPLACE FUNCTION tenant_worker_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RETURN OLD;
+END $$;
+});
+$coordinator->safe_psql('postgres', q{ALTER SYSTEM RESET dedup.sweep_max_duration; SELECT pg_reload_conf();});
+ok($coordinator->sweep_until('postgres', 'done'), 'and the next sweep sweeps it');
+is(rows_of('tenant_claims'), '1', '(all of it)');
+
+# a worker down: every table fails, each reported, the sweep partial (not
+# failed: no back-off), and the next one sweeps once it is back
+$workers[1]->stop('immediate');
+is($coordinator->sweep('postgres'), 'partial', 'worker2 down: the sweep is partial');
+like(query(q{SELECT last_error FROM dedup_sweeper}),
+	qr/^colocated records table public\.\S+: connection to the remote node/,
+	'dedup_sweeper names a table and the connection error');
+($ret, $out, $err) = $coordinator->psql_verbose('postgres', q{SELECT dedup_sweep_colocated()});
+is($ret . $out, '00', 'dedup_sweep_colocated() with worker2 down: 0, no error');
+like($err, qr/WARNING:  .*: dedup could not sweep colocated records table "loyalty_claims": connection to the remote node/,
+	'a WARNING per table');
+$workers[1]->start;
+ok($coordinator->sweep_until('postgres', 'done'), 'worker2 back: the next sweep is done');
+
+# a dropped table leaves the registry; a new table that is given its OID
+# would otherwise be taken for it
+my $oid = query(q{SELECT 'late_claims'::regclass::oid});
+query(q{DROP TABLE late_claims});
+is(query(qq{SELECT count(*) FROM dedup_colocated_tables WHERE records::oid = $oid}), '0',
+	'DROP TABLE takes the registry row with it');
+is(query(q{SELECT dedup_sweep_colocated()}), '0', 'and the sweep goes on without it');
 
 done_testing();
