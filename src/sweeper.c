@@ -196,6 +196,11 @@ sweeper_save_server_settings(void)
  * DATABASE, ALTER ROLE, ALTER ROLE IN DATABASE ... SET), then set the
  * sweeper's own.  A name that the server does not know (a placeholder for
  * some library's setting) is left: nothing the sweeper runs reads it.
+ *
+ * Interrupts are held until every setting is in place: a timeout that the
+ * database's settings armed while the connection was made (PostgreSQL 17's
+ * transaction_timeout = '1ms', say) must find it off when it is looked at,
+ * not end the sweeper at the first log line in between.
  */
 static void
 sweeper_apply_settings(void)
@@ -203,6 +208,7 @@ sweeper_apply_settings(void)
 	struct config_generic **vars;
 	int			nvars;
 
+	HOLD_INTERRUPTS();
 	vars = dedup_guc_variables(&nvars);
 	for (int i = 0; i < nvars; i++)
 	{
@@ -233,6 +239,7 @@ sweeper_apply_settings(void)
 	if (synchronous_commit > SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
 		SetConfigOption("synchronous_commit", "local", PGC_SUSET,
 						PGC_S_OVERRIDE);
+	RESUME_INTERRUPTS();
 }
 
 /*

@@ -200,13 +200,16 @@ sub set_config
 # until $done->($stdout, $stderr) is true (both chomped); returns whether it
 # was and the last output.  Each attempt ends with a mark on both outputs, so
 # that what is read belongs to it; a session that ended (psql exits when its
-# connection is lost) is replaced at the next attempt.
+# connection is lost) is replaced at the next attempt, and so is one that
+# gives no answer within 10 s (a connection made while the server restarts
+# after a crash can be left waiting).
 sub poll
 {
 	my ($self, $db, $query, $done) = @_;
 	local %ENV = $self->_get_env();
 	my $mark = '__dedup_poll_attempt_done__';
 	my ($in, $out, $err, $session) = ('', '', '');
+	my $answer = IPC::Run::timeout(10);
 	my $attempt = sub {
 		if (!$session || !$session->pumpable)
 		{
@@ -217,15 +220,22 @@ sub poll
 					$self->installed_command('psql'), '-XAt',
 					'-d', $self->connstr($db)
 				],
-				'<', \$in, '>', \$out, '2>', \$err);
+				'<', \$in, '>', \$out, '2>', \$err, $answer);
 		}
 		($out, $err) = ('', '');
 		$in .= "$query\n;\n\\echo $mark\n\\warn $mark\n";
+		$answer->start(10);
 		eval {
 			$session->pump
 			  while $session->pumpable
 			  && !($out =~ /^$mark\n/m && $err =~ /^$mark\n/m);
 		};
+		if ($answer->is_expired)
+		{
+			eval { $session->kill_kill };
+			undef $session;
+			return 0;
+		}
 		my $complete = $out =~ s/^$mark\n//m;
 		$complete = $err =~ s/^$mark\n//m && $complete;
 		chomp($out);
