@@ -442,15 +442,23 @@ check_records_table(Relation rel)
 /*
  * Check records (registered) as a claim does, before each sweep and count
  * of it: its shape may have changed since it was registered.  Raises the
- * refusal of check_records_table().
+ * refusal of check_records_table().  The table stays locked in lockmode
+ * until the end of the transaction: a sweep passes RowExclusiveLock, which
+ * keeps a trigger from being created or enabled between this check and its
+ * DELETEs (rules and row security take stronger locks still).  Returns its
+ * schema-qualified, quoted name.
  */
-void
-dedup_colocated_check_table(Oid records)
+char *
+dedup_colocated_check_table(Oid records, LOCKMODE lockmode)
 {
-	Relation	rel = table_open(records, AccessShareLock);
+	Relation	rel = table_open(records, lockmode);
+	char	   *name;
 
 	check_records_table(rel);
+	name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+									  RelationGetRelationName(rel));
 	table_close(rel, NoLock);
+	return name;
 }
 
 /*

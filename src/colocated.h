@@ -20,7 +20,7 @@ extern List *dedup_colocated_tables(const DedupRelations *rels);
 extern void dedup_colocated_check_node(const char *function);
 extern Relation dedup_registry_open(const DedupRelations **rels);
 extern bool dedup_registry_has(Relation registry, Oid records);
-extern void dedup_colocated_check_table(Oid records);
+extern char *dedup_colocated_check_table(Oid records, LOCKMODE lockmode);
 extern uint64 dedup_colocated_sweep_table(const DedupRelations *rels,
 										  Oid records);
 

@@ -57,16 +57,20 @@ typedef struct ColocatedAsOwner
 } ColocatedAsOwner;
 
 /*
- * Check the shape of records again (dedup_colocated_check_table()), then
- * become its owner, in a security-restricted operation, with a new GUC nest
- * level and a search_path of pg_catalog, pg_temp only (what the table's
- * code sets ends with as_owner_end(), or the transaction's abort, which
- * restores both), and connect to SPI.
+ * Lock records in lockmode and check its shape again
+ * (dedup_colocated_check_table()), then become its owner, in a
+ * security-restricted operation, with a new GUC nest level and a
+ * search_path of pg_catalog, pg_temp only (what the table's code sets ends
+ * with as_owner_end(), or the transaction's abort, which restores both),
+ * and connect to SPI.  Returns the table's qualified name, read with the
+ * table locked (a table dropped meanwhile is an error here, not a name
+ * that is gone).
  */
-static void
-as_owner_begin(Oid records, ColocatedAsOwner *state)
+static char *
+as_owner_begin(Oid records, LOCKMODE lockmode, ColocatedAsOwner *state)
 {
-	dedup_colocated_check_table(records);
+	char	   *name = dedup_colocated_check_table(records, lockmode);
+
 	GetUserIdAndSecContext(&state->save_userid, &state->save_sec_context);
 	SetUserIdAndSecContext(dedup_table_owner(records),
 						   state->save_sec_context |
@@ -78,6 +82,7 @@ as_owner_begin(Oid records, ColocatedAsOwner *state)
 							 true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	return name;
 }
 
 /* Finish SPI, back to the user and the settings of before as_owner_begin(). */
@@ -101,8 +106,7 @@ as_owner_end(const ColocatedAsOwner *state)
 uint64
 dedup_colocated_sweep_table(const DedupRelations *rels, Oid records)
 {
-	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(records)),
-												  get_rel_name(records));
+	char	   *name;
 	StringInfoData sql;
 	Oid			argtypes[2] = {TEXTOID, TIMESTAMPTZOID};
 	SPITupleTable *consumers;
@@ -111,7 +115,7 @@ dedup_colocated_sweep_table(const DedupRelations *rels, Oid records)
 	ColocatedAsOwner owner;
 	int			rc;
 
-	as_owner_begin(records, &owner);
+	name = as_owner_begin(records, RowExclusiveLock, &owner);
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
 					 "SELECT r.consumer, pg_catalog.max(r.processed_at) FROM %s r GROUP BY r.consumer",
@@ -271,8 +275,7 @@ static void
 count_table(const DedupRelations *rels, Oid records, void *arg)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
-	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(records)),
-												  get_rel_name(records));
+	char	   *name;
 	Oid			argtypes[1] = {REGCLASSOID};
 	Datum		args[1] = {ObjectIdGetDatum(records)};
 	ColocatedAsOwner owner;
@@ -281,7 +284,7 @@ count_table(const DedupRelations *rels, Oid records, void *arg)
 	StringInfoData sql;
 	int			rc;
 
-	as_owner_begin(records, &owner);
+	name = as_owner_begin(records, AccessShareLock, &owner);
 	rc = SPI_execute_with_args("SELECT pg_catalog.citus_total_relation_size($1)",
 							   1, argtypes, args, NULL, true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)

@@ -220,7 +220,7 @@ dedup_sweep_vacuum(TimestampTz deadline)
 }
 
 /*
- * The sweep was cancelled (before its transaction is aborted): if it was
+ * The sweep was cancelled (its transaction aborted already): if it was
  * in its VACUUM, and deadline (0: none) has passed, the time limit stopped
  * the VACUUM.  Then say so, and leave the table to autovacuum until it has
  * been vacuumed.  Returns whether it was so.

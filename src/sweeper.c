@@ -479,11 +479,18 @@ sweeper_sweep_colocated(TimestampTz deadline)
 	{
 		MemoryContext oldcontext = MemoryContextSwitchTo(sweep_context);
 
-		tables = dedup_colocated_tables(rels);
-		foreach(lc, tables)
-			names = lappend(names,
-							quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
-													   get_rel_name(lfirst_oid(lc))));
+		foreach(lc, dedup_colocated_tables(rels))
+		{
+			Oid			relid = lfirst_oid(lc);
+			char	   *relname = get_rel_name(relid);
+			char	   *nspname = get_namespace_name(get_rel_namespace(relid));
+
+			/* dropped since the registry was read: its row goes with it */
+			if (relname == NULL || nspname == NULL)
+				continue;
+			tables = lappend_oid(tables, relid);
+			names = lappend(names, quote_qualified_identifier(nspname, relname));
+		}
 		MemoryContextSwitchTo(oldcontext);
 	}
 	PopActiveSnapshot();
@@ -509,8 +516,16 @@ sweeper_sweep_colocated(TimestampTz deadline)
 
 			MemoryContextSwitchTo(sweep_context);
 			edata = CopyErrorData();
-			/* cancelled, or out of time: the sweep stops (dedup_sweeper_main) */
-			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+
+			/*
+			 * Out of time, or cancelled for DDL on the database: the sweep
+			 * stops (dedup_sweeper_main).  Any other cancel is this table's
+			 * failure: Citus raises a worker's with its SQLSTATE, e.g. a
+			 * statement_timeout its owner has set for itself there.
+			 */
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+				((deadline != 0 && GetCurrentTimestamp() >= deadline) ||
+				 sweeper_database_wanted()))
 				PG_RE_THROW();
 			FlushErrorState();
 			AbortCurrentTransaction();
@@ -695,6 +710,8 @@ dedup_sweeper_main(Datum main_arg)
 
 	sweeper_save_server_settings();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	/* its transaction's commit left TopMemoryContext current (before 18) */
+	MemoryContextSwitchTo(sweep_context);
 
 	/* recorded as begun: the launcher no longer watches our lock waits */
 	start = GetCurrentTimestamp();

@@ -48,8 +48,10 @@
 #     reported, and the tables registered after it are swept, by the
 #     sweeper, dedup_sweep_colocated() and dedup_colocated_storage()); a
 #     trigger on its shards runs as the tenant; its owner's privilege
-#     revoked fails that table alone; an operator who may not read one
-#     table sweeps the others; a dropped table leaves the registry.
+#     revoked fails that table alone, and so does a statement_timeout it
+#     sets for itself on the workers (a worker's cancel is not the sweep's);
+#     an operator who may not read one table sweeps the others; a dropped
+#     table leaves the registry.
 #
 use strict;
 use warnings;
@@ -912,6 +914,21 @@ BEGIN
 	RETURN OLD;
 END $$;
 });
+
+# a statement_timeout that the owner sets for itself, which the workers
+# apply to Citus's connections as the owner: the worker's cancel fails that
+# table alone (not the sweep), and the tables after it are swept
+query(q{ALTER ROLE tenant SET statement_timeout = '200ms'});
+expired('tenant_claims', 'tenant-svc');
+expired('late_claims', 'late-svc');
+is($coordinator->sweep('postgres'), 'partial',
+	"the owner's statement_timeout on the workers: partial");
+is(rows_of('late_claims'), '1', '... the tables registered after it are swept');
+like(query(q{SELECT last_error FROM dedup_sweeper}),
+	qr/^colocated records table public\.tenant_claims: .*statement timeout/,
+	'... and dedup_sweeper says which and why');
+query(q{ALTER ROLE tenant RESET statement_timeout});
+
 expired('tenant_claims', 'tenant-svc');
 $coordinator->safe_psql('postgres', q{ALTER SYSTEM SET dedup.sweep_max_duration = 2; SELECT pg_reload_conf();});
 is($coordinator->sweep('postgres'), 'partial',
