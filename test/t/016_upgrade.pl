@@ -86,17 +86,26 @@ SELECT string_agg(format('%s:%s:%s', p.proname, l.lanname, p.prosqlbody IS NOT N
 is($node->safe_psql('postgres', q{SELECT dedup_set_retention('orders', '4 days') IS NULL}), 't',
 	'dedup_set_retention works after the upgrade');
 
+# update_keeping($version): ALTER EXTENSION dedup UPDATE TO $version keeps
+# every record, window and counter
+sub update_keeping
+{
+	my ($version) = @_;
+	my ($rows, $windows, $counters) =
+	  map { $node->safe_psql('postgres', $_) } ($rows_query, $windows_query, $counters_query);
+	$node->safe_psql('postgres', qq{ALTER EXTENSION dedup UPDATE TO '$version'});
+	is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
+		$version, "updated to $version");
+	is($node->safe_psql('postgres', $rows_query),     $rows,     "$version: every record kept");
+	is($node->safe_psql('postgres', $windows_query),  $windows,  "$version: every window kept");
+	is($node->safe_psql('postgres', $counters_query), $counters, "$version: every counter kept");
+	return;
+}
+
 # and on to 1.2: everything kept again, the mapping's triggers replaced by
 # ones that fire always
 $node->safe_psql('postgres', q{SELECT dedup_allow_claimant('audit', 'pg_monitor')});
-($rows, $windows) = map { $node->safe_psql('postgres', $_) } ($rows_query, $windows_query);
-$counters = $node->safe_psql('postgres', $counters_query);
-$node->safe_psql('postgres', q{ALTER EXTENSION dedup UPDATE TO '1.2'});
-is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
-	'1.2', 'updated to 1.2');
-is($node->safe_psql('postgres', $rows_query),     $rows,     '1.2: every record kept');
-is($node->safe_psql('postgres', $windows_query),  $windows,  '1.2: every window kept');
-is($node->safe_psql('postgres', $counters_query), $counters, '1.2: every counter kept');
+update_keeping('1.2');
 is( $node->safe_psql('postgres', q{
 SELECT string_agg(format('%s:%s', tgname, tgenabled), ' ' ORDER BY tgname)
   FROM pg_trigger WHERE tgrelid = 'dedup_consumer_roles'::regclass}),
@@ -108,14 +117,7 @@ is($node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1.2'), dedup_c
 	't|f', '1.2: claims');
 
 # and on to 1.3: everything kept again
-($rows, $windows) = map { $node->safe_psql('postgres', $_) } ($rows_query, $windows_query);
-$counters = $node->safe_psql('postgres', $counters_query);
-$node->safe_psql('postgres', q{ALTER EXTENSION dedup UPDATE TO '1.3'});
-is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
-	'1.3', 'updated to 1.3');
-is($node->safe_psql('postgres', $rows_query),     $rows,     '1.3: every record kept');
-is($node->safe_psql('postgres', $windows_query),  $windows,  '1.3: every window kept');
-is($node->safe_psql('postgres', $counters_query), $counters, '1.3: every counter kept');
+update_keeping('1.3');
 is($node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1.3'), dedup_claim('orders', 'o-1.3')}),
 	't|f', '1.3: claims');
 
