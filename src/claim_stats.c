@@ -28,8 +28,11 @@
  * read back at startup, so they survive a clean restart.  After a crash or
  * an immediate shutdown, which are followed by crash recovery, they start
  * from zero, as PostgreSQL's own statistics do: the control file tells the
- * two apart, both when the postmaster exits and when it starts (the file is
- * also removed once read).
+ * two apart when the postmaster exits (the file is also removed once read).
+ * That counters were lost is logged at the next start, or at the
+ * reinitialization of shared memory that follows a crash: from the moment
+ * the counters live in shared memory until a clean shutdown has saved them,
+ * a marker file, pg_stat/dedup.live, says so.
  *
  * Counted are claims of keys (one per dedup_claim() call, one per element
  * of a dedup_claim_many() batch), whatever their transaction does later: a
@@ -86,6 +89,7 @@ PG_FUNCTION_INFO_V1(dedup_stats_reset);
 #define STATS_TRANCHE	"dedup_claim_stats"
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
+#define STATS_MARKER	PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.live"
 #define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
 #define STATS_FILE_VERSION 6
 #define STATS_FILE_VERSION_5 5	/* still read: see stats_load() */
@@ -252,8 +256,9 @@ stats_shut_down_cleanly(void)
 }
 
 /*
- * Write the counters to STATS_FILE at a clean shutdown: on_shmem_exit of
- * the postmaster.
+ * Write the counters to STATS_FILE at a clean shutdown, and remove
+ * STATS_MARKER: on_shmem_exit of the postmaster.  At any other exit, and
+ * before shared memory is reinitialized after a crash, leave the marker.
  */
 static void
 stats_save(int code, Datum arg)
@@ -292,6 +297,7 @@ stats_save(int code, Datum arg)
 		goto error;
 	}
 	(void) durable_rename(STATS_FILE_TMP, STATS_FILE, LOG);
+	(void) durable_unlink(STATS_MARKER, LOG);
 	return;
 
 error:
@@ -301,12 +307,54 @@ error:
 	if (file)
 		FreeFile(file);
 	unlink(STATS_FILE_TMP);
+	/* the failure is logged: the next start has nothing more to say */
+	(void) durable_unlink(STATS_MARKER, LOG);
+}
+
+/*
+ * Whether counters were lost since the last start: STATS_MARKER, which
+ * stats_mark_live() created then, is still there (a crash, an immediate
+ * shutdown), or a file of counters was left by a server that was not shut
+ * down cleanly (older versions wrote one then).  Removes the marker.
+ */
+static bool
+stats_were_lost(void)
+{
+	struct stat st;
+	bool		lost = false;
+
+	if (stat(STATS_MARKER, &st) == 0)
+	{
+		lost = true;
+		unlink(STATS_MARKER);
+	}
+	else if (stat(STATS_FILE, &st) == 0)
+		lost = !stats_shut_down_cleanly();
+	return lost;
+}
+
+/*
+ * Create STATS_MARKER, durably: from now on the counters live in shared
+ * memory only, until stats_save() writes them.
+ */
+static void
+stats_mark_live(void)
+{
+	FILE	   *file = AllocateFile(STATS_MARKER, PG_BINARY_W);
+
+	if (file == NULL || FreeFile(file) != 0 ||
+		fsync_fname_ext(STATS_MARKER, false, false, LOG) != 0 ||
+		fsync_fname_ext(PGSTAT_STAT_PERMANENT_DIRECTORY, true, false, LOG) != 0)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not create file \"%s\": %m", STATS_MARKER),
+				 errdetail("A loss of dedup claim counters in a crash will not be logged.")));
 }
 
 /*
  * Read the counters a clean shutdown left, then remove the file; after a
- * crash, or when an older version of dedup wrote it in another format,
- * remove it unread.  Files of versions 3 to 5 (dedup 1.1, 1.2 before
+ * crash (stats_were_lost(), which is logged), or when an older version of
+ * dedup wrote it in another format, remove it unread.  Files of versions 3 to 5 (dedup 1.1, 1.2 before
  * streams, 1.2) are read too: their entries end before usage, and each
  * starts with the usage of one call; the keys of versions 3 and 4 end
  * before stream (none).  Where later versions have the number of evicted
@@ -324,19 +372,20 @@ stats_load(void)
 	int64		restored;
 	size_t		counters_size;
 
+	if (stats_were_lost())
+	{
+		ereport(LOG,
+				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+				 errmsg("dedup claim counters start from zero after crash recovery")));
+		unlink(STATS_FILE);
+		return;
+	}
 	file = AllocateFile(STATS_FILE, PG_BINARY_R);
 	if (file == NULL)
 	{
 		if (errno != ENOENT)
 			goto error;
 		return;
-	}
-	if (!stats_shut_down_cleanly())
-	{
-		ereport(LOG,
-				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
-				 errmsg("dedup claim counters start from zero after crash recovery")));
-		goto out;
 	}
 	if (fread(header, sizeof(header), 1, file) != 1)
 		goto error;
@@ -448,10 +497,14 @@ dedup_claim_stats_shmem_startup(void)
 							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
 							   HASH_KEYCOPY | HASH_FIXED_SIZE);
 
-	/* the postmaster loads the counters, and saves them at exit */
+	/*
+	 * The postmaster loads the counters, and saves them at exit: at startup,
+	 * and again when it reinitializes shared memory after a crash
+	 */
 	if (!IsUnderPostmaster)
 	{
 		stats_load();
+		stats_mark_live();
 		on_shmem_exit(stats_save, (Datum) 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
