@@ -795,7 +795,9 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 		else
 			nulls[9] = true;
 		set_timestamp(values, nulls, 10, slot.last_error_at);
-		set_timestamp(values, nulls, 11, running ? slot.next_sweep : 0);
+		/* none while sweeping is off */
+		set_timestamp(values, nulls, 11,
+					  running && dedup_sweep_enabled ? slot.next_sweep : 0);
 	}
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
