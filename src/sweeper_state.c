@@ -660,7 +660,10 @@ keep_error(const char *error)
  * The sweep's outcome, with the error it ended with (or NULL), for the
  * launcher's schedule and the dedup_sweeper view.  A blocked sweep counts
  * toward the consecutive blocked sweeps once the database is known to
- * have dedup (see dedup_sweeper_log_blocked).
+ * have dedup (see dedup_sweeper_log_blocked).  A sweep that ends done or
+ * partial without an error of its own (none kept since it began, by
+ * dedup_sweeper_error) clears last_error: last_error_at still says when
+ * the last one was.
  */
 void
 dedup_sweeper_finish(DedupSweepOutcome outcome, const char *error)
@@ -677,6 +680,9 @@ dedup_sweeper_finish(DedupSweepOutcome outcome, const char *error)
 		my_slot->blocked_sweeps++;
 	if (error != NULL)
 		keep_error(error);
+	else if ((outcome == DEDUP_SWEEP_DONE || outcome == DEDUP_SWEEP_PARTIAL) &&
+			 my_slot->last_error_at < my_slot->last_start)
+		my_slot->last_error[0] = '\0';
 	LWLockRelease(sweeper_state->lock);
 }
 
@@ -790,7 +796,7 @@ dedup_sweeper_status(PG_FUNCTION_ARGS)
 			nulls[6] = true;
 		values[7] = Int64GetDatum(slot.last_rows);
 		values[8] = Int64GetDatum(slot.total_rows);
-		if (slot.last_error_at != 0)
+		if (slot.last_error_at != 0 && slot.last_error[0] != '\0')
 			values[9] = CStringGetTextDatum(slot.last_error);
 		else
 			nulls[9] = true;
