@@ -21,6 +21,12 @@
  * a prepared transaction there may hold the wake-up (sweeper_state.c), so
  * its sweeping starts within an interval of COMMIT PREPARED.
  *
+ * A database listed in dedup.databases is named in a WARNING when it is
+ * found without dedup, and a name there that matches no database is named
+ * in one when the launcher starts; both once per change of the setting: a
+ * reload that changes it names again every listed database that is still
+ * without dedup, or does not exist.
+ *
  * No database can hold up the others.  Once connected, a sweeper waits for
  * no lock for long (sweeper.c); before, it may wait on its database's lock
  * as long as a session holds ALTER DATABASE open.  So the launcher does not
@@ -104,6 +110,16 @@ static bool untracked_database = false;
 static bool warned_no_worker_slot = false;
 static bool warned_no_database_slot = false;
 
+/*
+ * dedup.databases as the launcher last saw it (NULL: not yet), and the
+ * databases listed there without dedup that a WARNING has named since it
+ * changed, in TopMemoryContext: each is named once per change of the
+ * setting (launcher_warn_absent), a name that matches no database too.
+ */
+static char *seen_databases = NULL;
+static bool databases_changed = false;
+static List *warned_absent = NIL;
+
 /* the launcher's waits between passes and for a sweeper (dedup_wait_event) */
 static uint32 launcher_wait_event = 0;
 static uint32 sweeper_wait_event = 0;
@@ -126,15 +142,55 @@ dedup_register_launcher(void)
 }
 
 /*
+ * Has dedup.databases changed since the launcher last looked (or is this
+ * its first look)?  Then every database listed there without dedup, and
+ * every name that matches no database, is named again in a WARNING.
+ */
+static void
+launcher_check_databases_setting(void)
+{
+	if (seen_databases != NULL && strcmp(seen_databases, dedup_databases) == 0)
+		return;
+	if (seen_databases != NULL)
+		pfree(seen_databases);
+	seen_databases = MemoryContextStrdup(TopMemoryContext, dedup_databases);
+	list_free(warned_absent);
+	warned_absent = NIL;
+	databases_changed = true;
+}
+
+/*
+ * A database listed in dedup.databases was found without dedup: say so,
+ * once per change of the setting.
+ */
+static void
+launcher_warn_absent(LauncherDatabase *db)
+{
+	MemoryContext oldcontext;
+
+	if (dedup_databases[0] == '\0' || list_member_oid(warned_absent, db->oid))
+		return;
+	ereport(WARNING,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("database \"%s\" is listed in dedup.databases, but extension \"dedup\" is not installed there",
+					db->name)));
+	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
+	warned_absent = lappend_oid(warned_absent, db->oid);
+	MemoryContextSwitchTo(oldcontext);
+}
+
+/*
  * The databases to sweep, allocated in the current memory context: those
  * that accept connections and are not templates, restricted to
- * dedup.databases when it is set.
+ * dedup.databases when it is set.  Right after a change of dedup.databases,
+ * a name listed there that matches no database is named in a WARNING.
  */
 static List *
 launcher_databases(void)
 {
 	MemoryContext context = CurrentMemoryContext;
 	List	   *wanted = NIL;
+	List	   *unmatched;
 	List	   *databases = NIL;
 	Relation	rel;
 	TableScanDesc scan;
@@ -143,6 +199,7 @@ launcher_databases(void)
 	/* dedup.databases was validated by its check hook */
 	if (dedup_databases[0] != '\0')
 		(void) SplitIdentifierString(pstrdup(dedup_databases), ',', &wanted);
+	unmatched = list_copy(wanted);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -159,12 +216,16 @@ launcher_databases(void)
 		ListCell   *lc;
 		bool		listed = (wanted == NIL);
 
-		if (!db->datallowconn || db->datistemplate ||
-			database_is_invalid_form(db))
-			continue;
 		foreach(lc, wanted)
 			listed |= (strcmp(lfirst(lc), NameStr(db->datname)) == 0);
-		if (!listed)
+		/* what is left of unmatched matches no database */
+		foreach(lc, unmatched)
+		{
+			if (strcmp(lfirst(lc), NameStr(db->datname)) == 0)
+				unmatched = foreach_delete_current(unmatched, lc);
+		}
+		if (!listed || !db->datallowconn || db->datistemplate ||
+			database_is_invalid_form(db))
 			continue;
 
 		/* the list must outlive this transaction */
@@ -181,6 +242,17 @@ launcher_databases(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
+
+	if (databases_changed)
+	{
+		ListCell   *lc;
+
+		foreach(lc, unmatched)
+			ereport(WARNING,
+					(errcode(ERRCODE_UNDEFINED_DATABASE),
+					 errmsg("database \"%s\" is listed in dedup.databases, but does not exist",
+							(char *) lfirst(lc))));
+	}
 	return databases;
 }
 
@@ -459,12 +531,12 @@ launcher_sweep_database(LauncherDatabase *db)
 		launcher_blocked(db, blocked);
 
 	if (!dedup_sweep_schedule_next(db->oid, launched, blocked != NULL))
+	{
+		/* dedup is there: should it go again, that is news */
+		warned_absent = list_delete_oid(warned_absent, db->oid);
 		return;
-	if (dedup_databases[0] != '\0')
-		ereport(WARNING,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("database \"%s\" is listed in dedup.databases, but extension \"dedup\" is not installed there",
-						db->name)));
+	}
+	launcher_warn_absent(db);
 	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
 	absent_databases = lappend_oid(absent_databases, db->oid);
 	MemoryContextSwitchTo(oldcontext);
@@ -474,11 +546,22 @@ launcher_sweep_database(LauncherDatabase *db)
 static void
 launcher_sweep_due_databases(void)
 {
-	List	   *databases = launcher_databases();
+	List	   *databases;
 	ListCell   *lc;
 
+	launcher_check_databases_setting();
+	databases = launcher_databases();
 	launcher_sync_slots(databases);
 	untracked_database = false;
+	foreach(lc, databases)
+	{
+		LauncherDatabase *db = lfirst(lc);
+
+		/* one left alone without dedup is named again after a change */
+		if (databases_changed && list_member_oid(absent_databases, db->oid))
+			launcher_warn_absent(db);
+	}
+	databases_changed = false;
 	foreach(lc, databases)
 	{
 		LauncherDatabase *db = lfirst(lc);
