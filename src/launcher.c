@@ -505,6 +505,8 @@ launcher_sweep_database(LauncherDatabase *db)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "dedup sweeper for database %s",
 			 db->name);
 	strcpy(worker.bgw_type, "dedup sweeper");
+	/* the name its log lines give (sweeper.c) */
+	strlcpy(worker.bgw_extra, db->name, BGW_EXTRALEN);
 	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
 	worker.bgw_notify_pid = MyProcPid;
 

@@ -502,14 +502,29 @@ dedup_consumers(const DedupRelations *rels, const char *only_consumer,
 	return consumers;
 }
 
+/* The WARNING that a consumer's claims are kept: its window is invalid. */
+void
+dedup_warn_invalid_window(const DedupConsumer *consumer)
+{
+	ereport(WARNING,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("claims of consumer \"%s\" are kept: its retention window %s is invalid",
+					text_to_cstring(consumer->name),
+					DatumGetCString(DirectFunctionCall1(interval_out,
+														IntervalPGetDatum(consumer->window)))),
+			 errhint("Set a window of at most 100 years with dedup_set_retention().")));
+}
+
 /*
  * The consumers of processed_messages that have expired rows, each with its
  * cutoff, allocated in the caller's memory context: all of them, or only
  * only_consumer.  Consumers with an invalid window are left out, with a
- * WARNING.
+ * WARNING (dedup_warn_invalid_window), or, when invalid is not NULL,
+ * appended to *invalid for the caller to say (the sweeper, once).
  */
 List *
-dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
+dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer,
+					List **invalid)
 {
 	List	   *targets = NIL;
 	ListCell   *lc;
@@ -521,14 +536,10 @@ dedup_sweep_targets(const DedupRelations *rels, const char *only_consumer)
 
 		if (!consumer->expires)
 		{
-			if (consumer->window != NULL)
-				ereport(WARNING,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("claims of consumer \"%s\" are kept: its retention window %s is invalid",
-								text_to_cstring(consumer->name),
-								DatumGetCString(DirectFunctionCall1(interval_out,
-																	IntervalPGetDatum(consumer->window)))),
-						 errhint("Set a window of at most 100 years with dedup_set_retention().")));
+			if (consumer->window != NULL && invalid != NULL)
+				*invalid = lappend(*invalid, consumer);
+			else if (consumer->window != NULL)
+				dedup_warn_invalid_window(consumer);
 			continue;
 		}
 
@@ -718,7 +729,7 @@ dedup_sweep(PG_FUNCTION_ARGS)
 
 	rels = dedup_relations(false);
 	(void) dedup_sweep_lock(rels->messages, true);
-	targets = dedup_sweep_targets(rels, only_consumer);
+	targets = dedup_sweep_targets(rels, only_consumer, NULL);
 	foreach(lc, targets)
 	{
 		DedupSweepTarget *target = lfirst(lc);

@@ -51,7 +51,8 @@ extern bool dedup_consumer_cutoff(const DedupRelations *rels, text *consumer,
 extern bool dedup_sweep_lock(Oid messages, bool wait);
 extern void dedup_sweep_check_role(const DedupRelations *rels, Oid role);
 extern List *dedup_sweep_targets(const DedupRelations *rels,
-								 const char *only_consumer);
+								 const char *only_consumer, List **invalid);
+extern void dedup_warn_invalid_window(const DedupConsumer *consumer);
 extern uint64 dedup_sweep_batch(const DedupRelations *rels,
 								DedupSweepTarget *target, int batch_size);
 extern bool dedup_delete_row(Relation rel, Relation index,

@@ -61,6 +61,11 @@
  * transactions: one of them may be a CREATE EXTENSION whose wake-up waits
  * for COMMIT PREPARED (sweeper_state.c).
  *
+ * Every line the sweeper logs names its database, in a CONTEXT line as
+ * autovacuum's do (the launcher gives it the name); consumers whose
+ * retention window is invalid are named in a WARNING once, not at every
+ * sweep, until the invalid windows change.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -70,6 +75,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -551,6 +557,34 @@ sweeper_sweep_colocated(TimestampTz deadline)
 }
 
 /*
+ * The consumers whose retention window is invalid, which the sweep leaves
+ * alone: logged when they are not those the last sweep of this database
+ * logged (their names and windows, hashed), not at every sweep.
+ */
+static void
+sweeper_warn_invalid_windows(List *invalid)
+{
+	uint32		windows = 0;
+	ListCell   *lc;
+
+	foreach(lc, invalid)
+	{
+		DedupConsumer *consumer = lfirst(lc);
+
+		windows = hash_combine(windows,
+							   hash_bytes((unsigned char *) VARDATA_ANY(consumer->name),
+										  VARSIZE_ANY_EXHDR(consumer->name)));
+		windows = hash_combine(windows,
+							   hash_bytes((unsigned char *) consumer->window,
+										  sizeof(Interval)));
+	}
+	if (!dedup_sweeper_invalid_windows(windows))
+		return;
+	foreach(lc, invalid)
+		dedup_warn_invalid_window(lfirst(lc));
+}
+
+/*
  * Sweep this database: all of it, or until deadline (0: none), DDL or a
  * lock stops us.
  */
@@ -561,6 +595,7 @@ sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 	MemoryContext oldcontext;
 	const DedupRelations *rels;
 	List	   *targets;
+	List	   *invalid = NIL;
 	ListCell   *lc;
 	bool		busy;
 
@@ -574,8 +609,9 @@ sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 	sweeper_report("listing expired claims");
 	/* the list must outlive the transaction */
 	oldcontext = MemoryContextSwitchTo(sweep_context);
-	targets = dedup_sweep_targets(rels, NULL);
+	targets = dedup_sweep_targets(rels, NULL, &invalid);
 	MemoryContextSwitchTo(oldcontext);
+	sweeper_warn_invalid_windows(invalid);
 	sweeper_end();
 
 	/* then the deletes, one batch per transaction */
@@ -672,6 +708,13 @@ sweeper_prepared_xacts(TimestampTz *oldest)
 	return nprepared;
 }
 
+/* The CONTEXT of every line the sweeper logs: its database (arg). */
+static void
+sweeper_error_context(void *arg)
+{
+	errcontext("dedup sweep of database \"%s\"", (const char *) arg);
+}
+
 /*
  * No dedup here: keep the database's mark of a wake-up in a prepared
  * transaction while one may hold it (sweeper_state.c).
@@ -696,6 +739,7 @@ dedup_sweeper_main(Datum main_arg)
 	TimestampTz deadline = 0;
 	MemoryContext sweep_context;
 	DedupSweepPace pace;
+	ErrorContextCallback errcallback;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -707,6 +751,12 @@ dedup_sweeper_main(Datum main_arg)
 	sweep_context = AllocSetContextCreate(TopMemoryContext, "dedup sweep",
 										  ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(sweep_context);
+
+	/* every line logged from here on names the database */
+	errcallback.callback = sweeper_error_context;
+	errcallback.arg = pnstrdup(MyBgworkerEntry->bgw_extra, NAMEDATALEN - 1);
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
 
 	sweeper_save_server_settings();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);

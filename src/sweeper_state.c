@@ -94,6 +94,8 @@ typedef struct DatabaseSlot
 	int64		total_rows;
 	TimestampTz last_error_at;
 	char		last_error[ERROR_LEN];
+	uint32		invalid_windows;	/* a hash of the invalid retention
+									 * windows last logged, 0 if none */
 	Oid			vacuum_cut_relid;	/* the table whose VACUUM the time limit
 									 * stopped, or InvalidOid */
 	int64		vacuum_cut_count;	/* its VACUUM count then */
@@ -696,6 +698,24 @@ dedup_sweeper_error(const char *error)
 	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
 	keep_error(error);
 	LWLockRelease(sweeper_state->lock);
+}
+
+/*
+ * The sweep found consumers with invalid retention windows (windows: a
+ * hash of them, 0 if none): are they others than those that the last
+ * sweep that found any logged?  Remembers them, so that they are logged
+ * once, and again when they change or after they were fixed.
+ */
+bool
+dedup_sweeper_invalid_windows(uint32 windows)
+{
+	bool		changed;
+
+	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
+	changed = (my_slot->invalid_windows != windows);
+	my_slot->invalid_windows = windows;
+	LWLockRelease(sweeper_state->lock);
+	return changed;
 }
 
 /* ----------------------------------------------------------------

@@ -62,5 +62,6 @@ extern bool dedup_sweeper_log_blocked(int *blocked_sweeps);
 extern void dedup_sweeper_finish(DedupSweepOutcome outcome,
 								 const char *error);
 extern void dedup_sweeper_error(const char *error);
+extern bool dedup_sweeper_invalid_windows(uint32 windows);
 
 #endif							/* DEDUP_SWEEPER_STATE_H */
