@@ -35,6 +35,8 @@ OBJS = \
 EXTENSION = dedup
 DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql \
 	sql/dedup--1.2--1.3.sql
+DOCS = doc/use.md doc/streams.md doc/operations.md doc/citus.md \
+	doc/security.md doc/reference.md doc/performance.md
 PGFILEDESC = "dedup - transactional message deduplication"
 
 REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated

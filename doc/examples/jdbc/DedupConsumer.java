@@ -15,7 +15,7 @@
  * "message_id account amount".  Output, one line each: "ready" once
  * connected, then "claimed <id>" or "duplicate <id>" per message.
  *
- *   java -cp /usr/share/java/postgresql.jar test/jdbc/DedupConsumer.java \
+ *   java -cp /usr/share/java/postgresql.jar doc/examples/jdbc/DedupConsumer.java \
  *     'jdbc:postgresql://127.0.0.1:6432/bank?user=app&prepareThreshold=0' \
  *     loyalty-service < messages.txt
  *
