@@ -309,6 +309,21 @@ for my $file (@files)
 note("$ran blocks ran, $skipped not run");
 cmp_ok($ran, '>=', 35, "$ran blocks of the documentation ran (at least 35)");
 
+# doc/operations.md's example of the retention rule: the batch claimed in
+# one transaction stayed (its first dedup_sweep swept nothing, which writes
+# no audit line) until a later claim, then went: the one audit line of the
+# consumer's sweeps, 3 records, comes after that claim's statement in the log
+my $log = slurp_file($node->logfile);
+my @swept = $log =~ /swept (\d+) expired records? of consumer 'surprise'/g;
+is(join(',', @swept), '3', "operations.md: the consumer's batch swept once");
+my $later = index($log, "statement: SELECT dedup_claim('surprise', 'd')");
+ok($later >= 0
+	  && index($log, "swept 3 expired records of consumer 'surprise'") > $later,
+	"operations.md: a consumer's latest transaction stays until a later claim");
+is($node->safe_psql($db,
+		"SELECT string_agg(message_id, ',') FROM dedup.processed_messages WHERE consumer_name = 'surprise'"),
+	'd', 'operations.md: the later claim is what is left');
+
 # the sweep role of the README's postgresql.conf sweeps with the README's
 # grants, and the README's query finds them all
 is($node->sweep($db), 'done', 'a sweep as dedup_sweeper ends done');
