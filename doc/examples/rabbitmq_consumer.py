@@ -29,8 +29,8 @@ test/demo.sh: pika, and psycopg2 or psycopg 3.
 
     rabbitmq_consumer.py consume AMQP_PORT QUEUE PGHOST PGPORT DBNAME
                                  WORKER BEHAVIOUR CONTROL_DIR [OPTIONS]
-        consume QUEUE with manual acks, prefetch 10, with the README
-        pattern: one transaction { dedup_claim('ledger', message_id); if
+        consume QUEUE with manual acks, prefetch 10, with the pattern of
+        doc/use.md: one transaction { dedup_claim('ledger', message_id); if
         true: credit the account and record the message in "applied" },
         commit, then ack.  BEHAVIOUR injects a failure:
 

@@ -12,7 +12,7 @@ and psycopg 3.
     stream_consumer.py consume AMQP_PORT STREAM DSN CONSUMER WORKER LAST
                                [--from dedup|first] [--crash before|after
                                --at OFFSET] [--work-ms N]
-        the consumer of the README ("Ordered streams"): where to start is
+        the consumer of doc/streams.md: where to start is
         dedup_stream_positions(CONSUMER, STREAM)'s next_offset (--from dedup,
         the default; the start of the stream if it has no position) or the
         start of the stream (--from first: a replay of it all); then, for

@@ -21,7 +21,7 @@
  *
  * It works on a table public.accounts (id int PRIMARY KEY, balance bigint),
  * and calls everything schema-qualified, as a transaction-mode pooler needs
- * (test/README.md and README.md, "JDBC").  test/t/043_jdbc.pl runs it.
+ * (doc/use.md, "Java (JDBC)" and "Through a connection pooler").  test/t/043_jdbc.pl runs it.
  */
 
 import java.io.BufferedReader;
