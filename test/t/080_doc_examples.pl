@@ -56,22 +56,27 @@ use DedupTools;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my @python = (require_tools(modules => ['psycopg']),
+my @python = (
+	require_tools(modules => ['psycopg']),
 	require_tools(modules => ['psycopg2']));
 
-my $top = "$FindBin::Bin/../..";
-my @files = map { "$top/$_" } ('README.md',
+my $top   = "$FindBin::Bin/../..";
+my @files = map { "$top/$_" } (
+	'README.md',
 	map { "doc/$_.md" }
 	  qw(use streams operations citus security reference performance));
 
 # postgresql.conf as the README's quick start has it (sweeps on request)
-my $node = DedupNode->create('docs', sweeps => 'on request',
-	conf => { 'dedup.sweep_role' => 'dedup_sweeper' });
+my $node = DedupNode->create(
+	'docs',
+	sweeps => 'on request',
+	conf   => { 'dedup.sweep_role' => 'dedup_sweeper' });
 my $db = 'shop';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 # this file's own queries as the DBA, with the search_path the README gives
 $node->safe_psql($db,
-	q{ALTER ROLE CURRENT_USER IN DATABASE shop SET search_path = dedup, "$user", public});
+q{ALTER ROLE CURRENT_USER IN DATABASE shop SET search_path = dedup, "$user", public}
+);
 my $dba_path = q{SET search_path = dedup, "$user", public;};
 
 # blocks(FILE): the fenced blocks of FILE as hashes (lang, line, text,
@@ -79,7 +84,7 @@ my $dba_path = q{SET search_path = dedup, "$user", public;};
 sub blocks
 {
 	my ($file) = @_;
-	my @lines = split /\n/, slurp_file($file), -1;
+	my @lines  = split /\n/, slurp_file($file), -1;
 	my (@found, $open, $fences);
 	for my $i (0 .. $#lines)
 	{
@@ -92,8 +97,12 @@ sub blocks
 			$j-- while $j >= 0 && $lines[$j] =~ /^\s*$/;
 			my $marker =
 			  $j >= 0 && $lines[$j] =~ /^\s*<!--\s*(.*?)\s*-->\s*$/ ? $1 : '';
-			$open = { lang => $lang, line => $i + 1, indent => $indent,
-				marker => $marker, text => '' };
+			$open = {
+				lang   => $lang,
+				line   => $i + 1,
+				indent => $indent,
+				marker => $marker,
+				text   => '' };
 		}
 		elsif ($open && $line =~ /^\s*```\s*$/)
 		{
@@ -116,27 +125,29 @@ sub run_sql
 {
 	my ($name, $b) = @_;
 	my $where = "$name:$b->{line}";
-	my $role = $b->{marker} =~ /\brun as (\w+)/ ? $1 : undef;
-	my $sql = defined $role ? $b->{text} : "$dba_path\n$b->{text}";
+	my $role  = $b->{marker} =~ /\brun as (\w+)/ ? $1 : undef;
+	my $sql   = defined $role ? $b->{text} : "$dba_path\n$b->{text}";
 	my ($ret, $out, $err) = $node->psql(
 		$db, $sql,
 		on_error_stop => 1,
-		extra_params => [ '-v', 'VERBOSITY=verbose',
-			defined $role ? ('-U', $role) : () ]);
+		extra_params  =>
+		  [ '-v', 'VERBOSITY=verbose', defined $role ? ('-U', $role) : () ]);
 	if ($b->{marker} =~ /\bfails with (\w{5})\b/)
 	{
 		my $state = $1;
-		ok($ret != 0 && $err =~ /ERROR:\s+\Q$state\E:/,
-			"$where fails with $state as the text says")
-		  or diag("$where: exit $ret, stderr:\n$err");
+		ok( $ret != 0 && $err =~ /ERROR:\s+\Q$state\E:/,
+			"$where fails with $state as the text says"
+		) or diag("$where: exit $ret, stderr:\n$err");
 		return;
 	}
 	ok($ret == 0 && $err !~ /ERROR:/,
 		"$where runs" . (defined $role ? " as $role" : ''))
-	  or diag("$where: the block failed (exit $ret):\n$err\n--- the block:\n$b->{text}");
+	  or diag(
+"$where: the block failed (exit $ret):\n$err\n--- the block:\n$b->{text}"
+	  );
 }
 
-my $tmp = PostgreSQL::Test::Utils::tempdir;
+my $tmp     = PostgreSQL::Test::Utils::tempdir;
 my $connstr = sprintf('host=%s port=%d dbname=%s user=app',
 	$node->host, $node->port, $db);
 
@@ -222,31 +233,36 @@ PYTHON
 # run_python(FILE, BLOCK): the handle() examples with both drivers, the
 # Kafka consumer with its stand-in
 my $handled = 0;
+
 sub run_python
 {
 	my ($name, $b) = @_;
-	my $where = "$name:$b->{line}";
+	my $where  = "$name:$b->{line}";
 	my $script = "$tmp/example_$handled.py";
 	$handled++;
 	append_to_file($script, $b->{text});
 	if ($b->{marker} =~ /stand-in Kafka/)
 	{
 		my ($out, $err);
-		my $compiled = IPC::Run::run([ $python[0], '-m', 'py_compile', $script ],
+		my $compiled =
+		  IPC::Run::run([ $python[0], '-m', 'py_compile', $script ],
 			'>', \$out, '2>', \$err);
 		ok($compiled, "$where compiles") or diag($err);
-		my $position = "SELECT next_offset FROM dedup.dedup_stream_positions('billing', 'payments') WHERE partition = 3";
-		my $before = $node->safe_psql($db,
-			"SELECT sum(balance) FROM public.accounts");
+		my $position =
+"SELECT next_offset FROM dedup.dedup_stream_positions('billing', 'payments') WHERE partition = 3";
+		my $before =
+		  $node->safe_psql($db, "SELECT sum(balance) FROM public.accounts");
 		my $from = $node->safe_psql($db, $position);
-		my $ran = IPC::Run::run([ $python[0], "$tmp/kafka.py", $connstr, $script ],
+		my $ran =
+		  IPC::Run::run([ $python[0], "$tmp/kafka.py", $connstr, $script ],
 			'>', \$out, '2>', \$err);
 		ok($ran && $out =~ /polled 3/,
 			"$where runs with a stand-in Kafka: a poll and its replay")
 		  or diag("$where: $out\n$err");
-		is( $node->safe_psql($db,
-				"SELECT sum(balance) - $before FROM public.accounts"),
-			'5', "$where: five records, each applied once");
+		is( $node->safe_psql(
+				$db, "SELECT sum(balance) - $before FROM public.accounts"),
+			'5',
+			"$where: five records, each applied once");
 		is($node->safe_psql($db, "SELECT ($position) - $from"),
 			'5', "$where: the position moved past the five records");
 		return;
@@ -258,12 +274,17 @@ sub run_python
 		my $driver = $i ? 'psycopg2' : 'psycopg';
 		my ($out, $err);
 		my $ran = IPC::Run::run(
-			[ $python[$i], "$tmp/handle.py", $driver, $connstr, $script,
-				"evt-doc-$handled-$driver" ],
-			'>', \$out, '2>', \$err);
+			[   $python[$i], "$tmp/handle.py",
+				$driver,     $connstr,
+				$script,     "evt-doc-$handled-$driver" ],
+			'>',
+			\$out,
+			'2>',
+			\$err);
 		ok($ran, "$where runs with $driver") or diag("$where: $err");
 		is($out, "14\n",
-			"$where with $driver: two messages applied once each, a redelivery skipped, the connection kept");
+"$where with $driver: two messages applied once each, a redelivery skipped, the connection kept"
+		);
 	}
 }
 
@@ -273,7 +294,8 @@ for my $file (@files)
 	(my $name = $file) =~ s{^\Q$top\E/}{};
 	my ($blocks, $fences) = blocks($file);
 	my @mine = grep { $_->{lang} =~ /^(sql|python)$/ } @$blocks;
-	is(scalar @mine, $fences, "$name: every ```sql and ```python block parsed");
+	is(scalar @mine, $fences,
+		"$name: every ```sql and ```python block parsed");
 	my ($file_ran, @later) = (0);
 	for my $b (@mine)
 	{
@@ -284,7 +306,8 @@ for my $file (@files)
 		}
 		if ($b->{lang} eq 'python')
 		{
-			die "$name:$b->{line}: a python block is neither run nor marked <!-- not run: why -->\n"
+			die
+"$name:$b->{line}: a python block is neither run nor marked <!-- not run: why -->\n"
 			  unless $b->{marker} =~ /^run: python/;
 			run_python($name, $b);
 		}
@@ -301,16 +324,19 @@ for my $file (@files)
 	}
 	for my $b (@later)
 	{
-		my $points = "SELECT points FROM public.loyalty WHERE customer_id = 'CUS-291'";
+		my $points =
+		  "SELECT points FROM public.loyalty WHERE customer_id = 'CUS-291'";
 		my $before = $node->safe_psql($db, $points);
 		run_sql($name, $b);
 		my $once = $node->safe_psql($db, $points);
 		if ($b->{marker} =~ /\btwice\b/)
 		{
 			run_sql($name, $b);
-			is($node->safe_psql($db, $points), $once,
+			is($node->safe_psql($db, $points),
+				$once,
 				"$name:$b->{line} pasted a second time changes nothing");
-			isnt($once, $before, "$name:$b->{line} did its work the first time");
+			isnt($once, $before,
+				"$name:$b->{line} did its work the first time");
 		}
 		$file_ran++;
 	}
@@ -324,34 +350,45 @@ cmp_ok($ran, '>=', 35, "$ran blocks of the documentation ran (at least 35)");
 # one transaction stayed (its first dedup_sweep swept nothing, which writes
 # no audit line) until a later claim, then went: the one audit line of the
 # consumer's sweeps, 3 records, comes after that claim's statement in the log
-my $log = slurp_file($node->logfile);
+my $log   = slurp_file($node->logfile);
 my @swept = $log =~ /swept (\d+) expired records? of consumer 'surprise'/g;
 is(join(',', @swept), '3', "operations.md: the consumer's batch swept once");
 my $later = index($log, "statement: SELECT dedup_claim('surprise', 'd')");
-ok($later >= 0
-	  && index($log, "swept 3 expired records of consumer 'surprise'") > $later,
-	"operations.md: a consumer's latest transaction stays until a later claim");
-is($node->safe_psql($db,
-		"SELECT string_agg(message_id, ',') FROM dedup.processed_messages WHERE consumer_name = 'surprise'"),
-	'd', 'operations.md: the later claim is what is left');
+ok( $later >= 0
+	  && index($log, "swept 3 expired records of consumer 'surprise'") >
+	  $later,
+	"operations.md: a consumer's latest transaction stays until a later claim"
+);
+is( $node->safe_psql(
+		$db,
+"SELECT string_agg(message_id, ',') FROM dedup.processed_messages WHERE consumer_name = 'surprise'"
+	),
+	'd',
+	'operations.md: the later claim is what is left');
 
 # the sweep role of the README's postgresql.conf sweeps with the README's
 # grants, and the README's query finds them all
 is($node->sweep($db), 'done', 'a sweep as dedup_sweeper ends done');
-is( $node->safe_psql($db, q{
+is( $node->safe_psql(
+		$db, q{
 SELECT schema_usage AND records AND windows
   FROM (SELECT has_schema_privilege(r, 'dedup', 'USAGE') AS schema_usage,
                has_table_privilege(r, 'dedup.processed_messages', 'SELECT')
                  AND has_table_privilege(r, 'dedup.processed_messages', 'DELETE') AS records,
                has_table_privilege(r, 'dedup.dedup_retention', 'SELECT') AS windows
           FROM (SELECT current_setting('dedup.sweep_role') AS r) AS s) AS c}),
-	't', "the sweep role's grants are all there");
+	't',
+	"the sweep role's grants are all there");
 
 # the layout the README makes: the application role reaches dedup through
 # its search_path, and cannot create in the schema
-is( $node->safe_psql($db, 'SHOW search_path', extra_params => [ '-U', 'app' ]),
-	'dedup, "$user", public', 'app has the README\'s search_path');
-$node->psql_fails_like($db, 'CREATE TABLE dedup.planted (i int)',
+is( $node->safe_psql(
+		$db, 'SHOW search_path', extra_params => [ '-U', 'app' ]),
+	'dedup, "$user", public',
+	'app has the README\'s search_path');
+$node->psql_fails_like(
+	$db,
+	'CREATE TABLE dedup.planted (i int)',
 	qr/permission denied for schema dedup/,
 	'app cannot create in schema dedup',
 	extra_params => [ '-U', 'app' ]);
