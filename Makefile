@@ -63,6 +63,15 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# the manual goes to a folder of its own, doc/extension/dedup/, not among
+# other extensions' files; PGXS's uninstall misses files named with a
+# folder, so it is removed here
+docmoduledir = extension/dedup
+uninstall: uninstall-manual
+.PHONY: uninstall-manual
+uninstall-manual:
+	rm -rf '$(DESTDIR)$(docdir)/$(docmoduledir)'
+
 # the TAP tests' nodes copy one cluster made by initdb at the start instead
 # of each running initdb, as PostgreSQL's own "make check" does (17 and
 # later do it themselves when INITDB_TEMPLATE is set; test/perl/DedupNode.pm
