@@ -18,12 +18,12 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
-#include "claim_stats.h"
 #include "compat.h"
 #include "guc.h"
-#include "launcher.h"
-#include "sweep_pace.h"
-#include "sweeper_state.h"
+#include "stats/claim_stats.h"
+#include "sweeper/launcher.h"
+#include "sweeper/sweep_pace.h"
+#include "sweeper/sweeper_state.h"
 
 DEDUP_MODULE_MAGIC("dedup", "1.3");
 

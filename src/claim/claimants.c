@@ -24,10 +24,10 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "claimants.h"
+#include "claim/claimants.h"
 #include "compat.h"
 #include "guc.h"
-#include "relations.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_consumer_roles_changed);
 

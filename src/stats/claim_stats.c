@@ -73,9 +73,9 @@
 #include "utils/timestamp.h"
 
 #include "audit.h"
-#include "claim_stats.h"
 #include "guc.h"
 #include "keys.h"
+#include "stats/claim_stats.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim_counters);
 PG_FUNCTION_INFO_V1(dedup_claim_counters_1_1);

@@ -75,8 +75,8 @@
 #include "utils/reltrigger.h"
 #include "utils/syscache.h"
 
-#include "citus.h"
-#include "relations.h"
+#include "citus/citus.h"
+#include "tables/relations.h"
 
 static DedupRelations cached;
 static bool cached_valid = false;

@@ -64,8 +64,8 @@
 #include "audit.h"
 #include "compat.h"
 #include "guc.h"
-#include "relations.h"
-#include "sweep.h"
+#include "retention/sweep.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_sweep);
 PG_FUNCTION_INFO_V1(dedup_default_retention);

@@ -68,9 +68,9 @@
 
 #include "compat.h"
 #include "guc.h"
-#include "launcher.h"
-#include "sweeper.h"
-#include "sweeper_state.h"
+#include "sweeper/launcher.h"
+#include "sweeper/sweeper.h"
+#include "sweeper/sweeper_state.h"
 
 /* how often the launcher looks at the sweeper it waits for, in ms */
 #define SWEEPER_POLL_MS 1000

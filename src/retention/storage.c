@@ -41,8 +41,8 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "relations.h"
-#include "sweep.h"
+#include "retention/sweep.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_consumer_storage);
 

@@ -76,7 +76,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
-#include "citus.h"
+#include "citus/citus.h"
 #include "compat.h"
 
 /* the coordinator's group in pg_dist_local_group and pg_dist_node */

@@ -49,9 +49,9 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "claim_writer.h"
+#include "claim/claim_writer.h"
 #include "compat.h"
-#include "sweep_pace.h"
+#include "sweeper/sweep_pace.h"
 
 /* SQLSTATE UD001: the same message id claimed with a different fingerprint */
 #define ERRCODE_DEDUP_MESSAGE_ID_REUSED MAKE_SQLSTATE('U','D','0','0','1')

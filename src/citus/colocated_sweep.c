@@ -41,9 +41,9 @@
 #include "utils/timestamp.h"
 
 #include "audit.h"
-#include "colocated.h"
-#include "relations.h"
-#include "sweep.h"
+#include "citus/colocated.h"
+#include "retention/sweep.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_sweep_colocated);
 PG_FUNCTION_INFO_V1(dedup_colocated_storage);

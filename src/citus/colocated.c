@@ -80,16 +80,15 @@
 #include "utils/varlena.h"
 
 #include "audit.h"
-#include "citus.h"
-#include "claim.h"
-#include "claim_stats.h"
-#include "claimants.h"
-#include "colocated.h"
+#include "citus/citus.h"
+#include "citus/colocated.h"
+#include "claim/claim.h"
+#include "claim/claimants.h"
 #include "compat.h"
 #include "guc.h"
 #include "keys.h"
-#include "relations.h"
-#include "sweep.h"
+#include "stats/claim_stats.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_create_colocated_records);
 PG_FUNCTION_INFO_V1(dedup_register_colocated_records);

@@ -30,13 +30,13 @@
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 
-#include "claim.h"
-#include "claim_stats.h"
-#include "claim_writer.h"
-#include "claimants.h"
+#include "claim/claim.h"
+#include "claim/claim_writer.h"
+#include "claim/claimants.h"
 #include "guc.h"
 #include "keys.h"
-#include "relations.h"
+#include "stats/claim_stats.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim);
 PG_FUNCTION_INFO_V1(dedup_claim_many);

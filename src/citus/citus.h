@@ -12,7 +12,7 @@
 
 #include "access/attnum.h"
 
-#include "relations.h"
+#include "tables/relations.h"
 
 extern void dedup_citus_check(const DedupRelations *rels);
 extern int32 dedup_citus_group(void);

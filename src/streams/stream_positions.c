@@ -34,13 +34,13 @@
 #include "utils/snapmgr.h"
 
 #include "audit.h"
-#include "claim.h"
-#include "claimants.h"
+#include "claim/claim.h"
+#include "claim/claimants.h"
 #include "compat.h"
 #include "keys.h"
-#include "relations.h"
-#include "stream_offsets.h"
-#include "sweep.h"
+#include "retention/sweep.h"
+#include "streams/stream_offsets.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_stream_positions);
 PG_FUNCTION_INFO_V1(dedup_forget_stream_positions);

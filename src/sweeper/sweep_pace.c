@@ -44,7 +44,7 @@
 
 #include "compat.h"
 #include "guc.h"
-#include "sweep_pace.h"
+#include "sweeper/sweep_pace.h"
 
 /* the longest pause that yields to claims, in ms */
 #define MAX_YIELD_MS 1000

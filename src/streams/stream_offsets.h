@@ -12,7 +12,7 @@
 #include "storage/lockdefs.h"
 #include "utils/relcache.h"
 
-#include "relations.h"
+#include "tables/relations.h"
 
 /* the columns of stream_positions */
 #define POSITION_CONSUMER		1

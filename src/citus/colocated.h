@@ -14,7 +14,7 @@
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 
-#include "relations.h"
+#include "tables/relations.h"
 
 extern List *dedup_colocated_tables(const DedupRelations *rels);
 extern void dedup_colocated_check_node(const char *function);

@@ -92,16 +92,16 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
-#include "citus.h"
-#include "colocated.h"
+#include "citus/citus.h"
+#include "citus/colocated.h"
 #include "compat.h"
 #include "guc.h"
-#include "relations.h"
-#include "sweep.h"
-#include "sweep_pace.h"
-#include "sweep_vacuum.h"
-#include "sweeper.h"
-#include "sweeper_state.h"
+#include "retention/sweep.h"
+#include "sweeper/sweep_pace.h"
+#include "sweeper/sweep_vacuum.h"
+#include "sweeper/sweeper.h"
+#include "sweeper/sweeper_state.h"
+#include "tables/relations.h"
 
 /*
  * The sweeper's own settings, over the server's (and those autovacuum's

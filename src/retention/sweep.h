@@ -16,7 +16,7 @@
 #include "nodes/pg_list.h"
 #include "storage/itemptr.h"
 
-#include "relations.h"
+#include "tables/relations.h"
 
 /* one consumer with expired rows, and how far its sweep has come */
 typedef struct DedupSweepTarget

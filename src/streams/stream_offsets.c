@@ -65,14 +65,14 @@
 #include "utils/timestamp.h"
 
 #include "audit.h"
-#include "claim.h"
-#include "claim_stats.h"
-#include "claim_writer.h"
-#include "claimants.h"
+#include "claim/claim.h"
+#include "claim/claim_writer.h"
+#include "claim/claimants.h"
 #include "guc.h"
 #include "keys.h"
-#include "relations.h"
-#include "stream_offsets.h"
+#include "stats/claim_stats.h"
+#include "streams/stream_offsets.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim_offset);
 PG_FUNCTION_INFO_V1(dedup_claim_offsets);

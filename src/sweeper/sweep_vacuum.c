@@ -69,9 +69,9 @@
 
 #include "compat.h"
 #include "guc.h"
-#include "relations.h"
-#include "sweep_vacuum.h"
-#include "sweeper_state.h"
+#include "sweeper/sweep_vacuum.h"
+#include "sweeper/sweeper_state.h"
+#include "tables/relations.h"
 
 /*
  * The VACUUM running now, for dedup_sweep_vacuum_cut: the table

@@ -38,12 +38,12 @@
 #include "utils/timestamp.h"
 
 #include "audit.h"
-#include "claim.h"
-#include "claimants.h"
+#include "claim/claim.h"
+#include "claim/claimants.h"
 #include "compat.h"
 #include "keys.h"
-#include "relations.h"
-#include "sweep.h"
+#include "retention/sweep.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_seen);
 PG_FUNCTION_INFO_V1(dedup_forget);
