@@ -18,6 +18,7 @@ OBJS = \
 	src/claim/claim.o \
 	src/claim/claim_writer.o \
 	src/claim/claimants.o \
+	src/claim/heartbeat.o \
 	src/claim/records.o \
 	src/streams/stream_offsets.o \
 	src/streams/stream_positions.o \

@@ -3,7 +3,7 @@
  * dedup.c
  *	  Module entry point of the dedup extension: it defines the parameters,
  *	  wires the shared-memory hooks to the subsystems that own shared memory
- *	  (sweeper_state.c, claim_stats.c, sweep_pace.c) and registers the
+ *	  (sweeper_state.c, claim_stats.c, heartbeat.c) and registers the
  *	  launcher.
  *
  * The library can be loaded on demand (the first dedup_claim() call in a
@@ -18,11 +18,11 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
+#include "claim/heartbeat.h"
 #include "compat.h"
 #include "guc.h"
 #include "stats/claim_stats.h"
 #include "sweeper/launcher.h"
-#include "sweeper/sweep_pace.h"
 #include "sweeper/sweeper_state.h"
 
 DEDUP_MODULE_MAGIC("dedup", "1.3");
@@ -40,7 +40,7 @@ shmem_request(void)
 		prev_shmem_request_hook();
 	dedup_sweeper_shmem_request();
 	dedup_claim_stats_shmem_request();
-	dedup_sweep_pace_shmem_request();
+	dedup_heartbeat_shmem_request();
 }
 
 /* shmem_startup_hook: each subsystem creates or attaches to its own */
@@ -51,7 +51,7 @@ shmem_startup(void)
 		prev_shmem_startup_hook();
 	dedup_sweeper_shmem_startup();
 	dedup_claim_stats_shmem_startup();
-	dedup_sweep_pace_shmem_startup();
+	dedup_heartbeat_shmem_startup();
 }
 
 /*

@@ -50,8 +50,8 @@
 #include "utils/snapmgr.h"
 
 #include "claim/claim_writer.h"
+#include "claim/heartbeat.h"
 #include "compat.h"
-#include "sweeper/sweep_pace.h"
 
 /* SQLSTATE UD001: the same message id claimed with a different fingerprint */
 #define ERRCODE_DEDUP_MESSAGE_ID_REUSED MAKE_SQLSTATE('U','D','0','0','1')
@@ -284,7 +284,7 @@ dedup_claim_writer_begin(Relation rel, Oid key_index,
 	ResultRelInfo *result_rel;
 	int			nindexes;
 
-	/* a running sweep yields to claims (sweep_pace.c) */
+	/* a running sweep yields to claims (heartbeat.c) */
 	dedup_claims_heartbeat();
 
 	MemoryContextSwitchTo(estate->es_query_cxt);

@@ -1,19 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * sweep_pace.c
- *	  How fast a sweep goes: the claims' heartbeat in shared memory, and the
- *	  sweeper's pause between two batches, which keeps it out of the claims'
- *	  way while they run and lets it go at full speed when nothing does.
+ *	  How fast a sweep goes: the sweeper's pause between two batches, which
+ *	  keeps it out of the claims' way while they run and lets it go at full
+ *	  speed when nothing does.
  *
- * The heartbeat is one flag in shared memory.  Every call that writes
- * claims (claim_writer.c: single claims, batches, claims by offset, in any
- * database) sets it; the sweeper clears it after each batch and so learns
- * whether a claim ran during that batch or the pause before it.  A claim
- * writes the flag only when it finds it clear, at most once per batch of
- * the sweeper, and otherwise only reads it: the heartbeat costs a claim one
- * read of a cache line that is hardly ever written.  It knows nothing of
- * the rate of claims, only that some ran: a claim every few milliseconds,
- * anywhere on the server, is enough to make the sweep yield.
+ * Whether claims ran is the claims' heartbeat (heartbeat.c), which the
+ * sweeper takes after each batch, learning whether a claim ran during that
+ * batch or the pause before it: a claim every few milliseconds, anywhere on
+ * the server, is enough to make the sweep yield.
  *
  * The pause is a duty cycle, as autovacuum's cost delay is for VACUUM, but
  * measured in time rather than in pages: while claims run, a batch that
@@ -27,21 +22,17 @@
  * between any two batches, claims or not, which also counts as yielding.
  * dedup.sweep_busy_share = 100 never yields.
  *
- * Without shared memory (dedup not preloaded) there is no sweeper and the
- * heartbeat does nothing.
+ * Without shared memory (dedup not preloaded) there is no sweeper.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "miscadmin.h"
-#include "port/atomics.h"
-#include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
 #include "utils/timestamp.h"
 
+#include "claim/heartbeat.h"
 #include "compat.h"
 #include "guc.h"
 #include "sweeper/sweep_pace.h"
@@ -49,53 +40,12 @@
 /* the longest pause that yields to claims, in ms */
 #define MAX_YIELD_MS 1000
 
-typedef struct SweepPaceShared
-{
-	pg_atomic_uint32 claimed;	/* a claim ran since the sweeper cleared it */
-} SweepPaceShared;
-
-static SweepPaceShared *pace_shared = NULL;
-
-/* shmem_request_hook part: reserve what dedup_sweep_pace_shmem_startup uses */
-void
-dedup_sweep_pace_shmem_request(void)
-{
-	RequestAddinShmemSpace(sizeof(SweepPaceShared));
-}
-
-/* shmem_startup_hook part: create or attach to the heartbeat */
-void
-dedup_sweep_pace_shmem_startup(void)
-{
-	bool		found;
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	pace_shared = ShmemInitStruct("dedup sweep pace", sizeof(SweepPaceShared),
-								  &found);
-	if (!found)
-		pg_atomic_init_u32(&pace_shared->claimed, 0);
-	LWLockRelease(AddinShmemInitLock);
-}
-
-/*
- * A call that writes claims is running: set the flag, unless it is set
- * already (a race between two claims writes 1 twice, which is harmless).
- */
-void
-dedup_claims_heartbeat(void)
-{
-	if (pace_shared != NULL &&
-		pg_atomic_read_u32(&pace_shared->claimed) == 0)
-		pg_atomic_write_u32(&pace_shared->claimed, 1);
-}
-
 /* A sweep begins: only claims from now on count. */
 void
 dedup_sweep_pace_start(DedupSweepPace *pace)
 {
 	memset(pace, 0, sizeof(DedupSweepPace));
-	if (pace_shared != NULL)
-		pg_atomic_exchange_u32(&pace_shared->claimed, 0);
+	(void) dedup_claims_heartbeat_take();
 }
 
 /*
@@ -165,9 +115,7 @@ dedup_sweep_pace_batch_done(DedupSweepPace *pace)
 	instr_time	took;
 	double		ms;
 
-	if (pace_shared == NULL ||
-		pg_atomic_exchange_u32(&pace_shared->claimed, 0) == 0 ||
-		dedup_sweep_busy_share >= 100)
+	if (!dedup_claims_heartbeat_take() || dedup_sweep_busy_share >= 100)
 		return;
 
 	INSTR_TIME_SET_CURRENT(took);

@@ -1,9 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * sweep_pace.h
- *	  How fast a sweep goes (sweep_pace.c): the claims' heartbeat, which
- *	  every call that writes claims beats, and the sweeper's pause between
- *	  two batches, which yields to claims while they run.
+ *	  How fast a sweep goes (sweep_pace.c): the sweeper's pause between two
+ *	  batches, which yields to claims while they run.
  *
  *-------------------------------------------------------------------------
  */
@@ -12,14 +11,7 @@
 
 #include "portability/instr_time.h"
 
-/* shared memory: dedup.c's hooks */
-extern void dedup_sweep_pace_shmem_request(void);
-extern void dedup_sweep_pace_shmem_startup(void);
-
-/* a call that writes claims (claim_writer.c) */
-extern void dedup_claims_heartbeat(void);
-
-/* the sweeper: one sweep, its batches and the pauses between them */
+/* one sweep, its batches and the pauses between them */
 typedef struct DedupSweepPace
 {
 	instr_time	batch_start;	/* when the current batch began */
