@@ -3,8 +3,9 @@
  * dedup.c
  *	  Module entry point of the dedup extension: it defines the parameters,
  *	  wires the shared-memory hooks to the subsystems that own shared memory
- *	  (sweeper_state.c, claim_stats.c, heartbeat.c) and registers the
- *	  launcher.
+ *	  (sweeper_state.c, claim_stats.c, heartbeat.c), sets the Citus guard
+ *	  that every lookup of the extension's tables runs (citus.c,
+ *	  relations.c) and registers the launcher.
  *
  * The library can be loaded on demand (the first dedup_claim() call in a
  * backend) or through shared_preload_libraries; claims work either way.
@@ -18,6 +19,7 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
+#include "citus/citus.h"
 #include "claim/heartbeat.h"
 #include "compat.h"
 #include "guc.h"
@@ -55,7 +57,8 @@ shmem_startup(void)
 }
 
 /*
- * Loaded on demand, the library defines its parameters and nothing else.
+ * Loaded on demand, the library defines its parameters and sets the Citus
+ * guard, and nothing else.
  * Preloaded, it also sets up the shared memory of the sweeper and of the
  * claim counters, and registers the launcher -- except in binary-upgrade
  * mode, where nothing may be written.
@@ -64,6 +67,8 @@ void
 _PG_init(void)
 {
 	dedup_define_gucs();
+	/* every lookup of the extension's tables refuses a wrong Citus layout */
+	dedup_relations_guard(dedup_citus_check);
 
 	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;

@@ -50,6 +50,11 @@
  * preloaded), and PostgreSQL calls the latest registered first: it runs
  * before Citus's pre-commit, which reads the flag.
  *
+ * The refusals and the two-phase commit are the guard of every lookup of
+ * the extension's tables (dedup_citus_check, which _PG_init gives
+ * relations.c): every entry point and the sweeper pass through it, with the
+ * tables found and before their shape is checked.
+ *
  * Citus is found through its catalog tables, looked up by name in
  * pg_catalog: dedup builds, and runs, without it.  They are read once per
  * transaction (and again if the extension's tables change).
@@ -277,7 +282,8 @@ dedup_citus_routed_write(void)
 /*
  * Refuse what would be silently wrong on a Citus cluster, and make a
  * coordinator with workers commit with two-phase commit (see the header
- * comment).  rels: the extension's tables, found but not yet opened.
+ * comment).  rels: the extension's tables, found but not yet opened.  The
+ * guard of every lookup of them (dedup_relations_guard).
  */
 void
 dedup_citus_check(const DedupRelations *rels)

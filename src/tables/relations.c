@@ -46,6 +46,12 @@
  * to a row of another consumer, no silent "nothing to write".  So each key
  * is required, and nothing more.
  *
+ * Every lookup first runs the guard that the module's _PG_init sets
+ * (dedup_relations_guard): on a Citus cluster, citus.c refuses the layouts
+ * where the tables read by OID are not the ones that count, before their
+ * shape is checked, since Citus changes it too.  This file knows nothing of
+ * Citus.
+ *
  * The OIDs are cached per backend and forgotten on any relcache
  * invalidation of one of the tables (DROP EXTENSION, ALTER EXTENSION
  * UPDATE, ALTER TABLE), and looked up again at next use.
@@ -75,12 +81,14 @@
 #include "utils/reltrigger.h"
 #include "utils/syscache.h"
 
-#include "citus/citus.h"
 #include "tables/relations.h"
 
 static DedupRelations cached;
 static bool cached_valid = false;
 static bool callback_registered = false;
+
+/* run at every lookup, before the tables are checked (dedup_relations_guard) */
+static DedupRelationsGuard relations_guard = NULL;
 
 static void
 relations_invalidate(Datum arg, Oid relid)
@@ -608,7 +616,8 @@ relations_load(DedupRelations *rels)
 	rels->colocated = member_table(rels->extension, rels->schema,
 								   "dedup_colocated_tables");
 	/* before the checks of the tables' shape, which Citus also changes */
-	dedup_citus_check(rels);
+	if (relations_guard != NULL)
+		relations_guard(rels);
 
 	/*
 	 * Each table is locked before it is looked at.  DROP EXTENSION may hold
@@ -725,8 +734,22 @@ dedup_relations(bool missing_ok)
 		cached = rels;
 		cached_valid = true;
 	}
-	dedup_citus_check(&cached);
+	if (relations_guard != NULL)
+		relations_guard(&cached);
 	return &cached;
+}
+
+/*
+ * Set the guard that every lookup of the tables runs, with the tables found
+ * but not yet opened or checked: the refusals of a layout in which reading
+ * and writing them by OID would be silently wrong, and what the transaction
+ * must do to commit (the Citus guard, dedup_citus_check).  The module's
+ * _PG_init sets it, before any lookup.
+ */
+void
+dedup_relations_guard(DedupRelationsGuard guard)
+{
+	relations_guard = guard;
 }
 
 /* the owner of the table relid */

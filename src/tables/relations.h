@@ -40,7 +40,11 @@ typedef enum DedupTable
 	DEDUP_STREAM_POSITIONS
 } DedupTable;
 
+/* run at every lookup, with the tables found, before they are checked */
+typedef void (*DedupRelationsGuard) (const DedupRelations *rels);
+
 extern const DedupRelations *dedup_relations(bool missing_ok);
+extern void dedup_relations_guard(DedupRelationsGuard guard);
 extern Relation dedup_table_open(DedupTable table, LOCKMODE lockmode,
 								 bool missing_ok, const DedupRelations **rels);
 extern Oid	dedup_table_owner(Oid relid);
