@@ -14,6 +14,7 @@ OBJS = \
 	src/audit.o \
 	src/guc.o \
 	src/tables/relations.o \
+	src/tables/tid_delete.o \
 	src/stats/claim_stats.o \
 	src/claim/claim.o \
 	src/claim/claim_writer.o \
@@ -25,6 +26,7 @@ OBJS = \
 	src/citus/citus.o \
 	src/citus/colocated.o \
 	src/citus/colocated_sweep.o \
+	src/retention/rule.o \
 	src/retention/sweep.o \
 	src/retention/storage.o \
 	src/sweeper/sweep_pace.o \

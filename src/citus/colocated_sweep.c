@@ -42,7 +42,7 @@
 
 #include "audit.h"
 #include "citus/colocated.h"
-#include "retention/sweep.h"
+#include "retention/retention.h"
 #include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_sweep_colocated);
@@ -96,7 +96,7 @@ as_owner_end(const ColocatedAsOwner *state)
 
 /*
  * Delete the expired rows of the registered records table records, with
- * the windows of dedup_retention (the retention rule of sweep.c, each
+ * the windows of dedup_retention (the retention rule of rule.c, each
  * consumer's latest claim read from the whole distributed table), as the
  * table's owner, after checking its shape again (as_owner_begin()); return
  * how many.  One distributed DELETE per consumer with expired rows, which

@@ -14,7 +14,7 @@
  * when they are redelivered -- a replay on purpose.  Every call is written
  * to the server log (audit.c).  Like the sweep, both work on the tables by
  * OID and run no SQL, and delete each record as DELETE would
- * (dedup_delete_row in sweep.c): waiting for a transaction that is changing
+ * (dedup_tid_delete_row in tid_delete.c): waiting for a transaction that is changing
  * it, and raising a serialization failure with REPEATABLE READ or
  * SERIALIZABLE where another transaction deleted it after the snapshot.
  *
@@ -42,7 +42,6 @@
 #include "claim/claimants.h"
 #include "compat.h"
 #include "keys.h"
-#include "retention/sweep.h"
 #include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_seen);
@@ -140,7 +139,7 @@ dedup_seen(PG_FUNCTION_ARGS)
  *
  * Delete consumer's record of message_id, in the caller's transaction, so
  * that its next delivery is processed again, as DELETE would
- * (dedup_delete_row).  True if there was one.
+ * (dedup_tid_delete_row).  True if there was one.
  */
 Datum
 dedup_forget(PG_FUNCTION_ARGS)
@@ -165,7 +164,7 @@ dedup_forget(PG_FUNCTION_ARGS)
 	slot = table_slot_create(rel, NULL);
 	if (find_record(rel, index, keys, slot, PG_GETARG_TEXT_PP(0),
 					PG_GETARG_TEXT_PP(1), &tid, &processed_at))
-		forgotten = dedup_delete_row(rel, index, keys, 2, &tid, slot);
+		forgotten = dedup_tid_delete_row(rel, index, keys, 2, &tid, slot);
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, AccessShareLock);
 	table_close(rel, NoLock);
@@ -200,7 +199,7 @@ dedup_forget_since(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("dedup_forget_since()");
 
 	rels = dedup_relations(false);
-	forgotten = dedup_delete_rows(rels, PG_GETARG_TEXT_PP(0), since, DT_NOEND,
+	forgotten = dedup_tid_delete_range(rels, PG_GETARG_TEXT_PP(0), since, DT_NOEND,
 								  0, NULL);
 
 	dedup_audit_forget_since(PG_GETARG_TEXT_PP(0), since, forgotten);

@@ -5,7 +5,7 @@
  *	  consumer, the figures behind the dedup_stats and dedup_storage views.
  *
  * The consumers, their windows and their cutoffs come from the sweep's own
- * consumer walk (dedup_consumers() in sweep.c), so the views count as
+ * consumer walk (dedup_consumers() in rule.c), so the views count as
  * expired exactly what a sweep would delete.  Added here: each consumer's
  * row count estimated from the planner's statistics of consumer_name (NULL
  * before the first ANALYZE), and its expired and its future-dated rows
@@ -41,7 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "retention/sweep.h"
+#include "retention/retention.h"
 #include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_consumer_storage);

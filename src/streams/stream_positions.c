@@ -14,7 +14,7 @@
  * any offset of those partitions is claimed as new again: for a consumer
  * that is gone (dedup_retire_consumer calls it), or a replay of everything
  * on purpose.  Every call is written to the server log (audit.c).  Each
- * position is deleted as DELETE deletes it (dedup_delete_row in sweep.c):
+ * position is deleted as DELETE deletes it (dedup_tid_delete_row in tid_delete.c):
  * a position that a claim in progress is moving is waited for; in READ
  * COMMITTED its new position is deleted once that claim commits (the
  * position it had, if it rolls back); with REPEATABLE READ or SERIALIZABLE,
@@ -38,7 +38,6 @@
 #include "claim/claimants.h"
 #include "compat.h"
 #include "keys.h"
-#include "retention/sweep.h"
 #include "streams/stream_offsets.h"
 #include "tables/relations.h"
 
@@ -186,7 +185,7 @@ dedup_forget_stream_positions(PG_FUNCTION_ARGS)
 		ItemPointerData tid = ps.slot->tts_tid;
 
 		ExecClearTuple(ps.slot);
-		if (dedup_delete_row(ps.rel, ps.index, ps.keys, ps.nkeys, &tid,
+		if (dedup_tid_delete_row(ps.rel, ps.index, ps.keys, ps.nkeys, &tid,
 							 ps.slot))
 			deleted++;
 	}

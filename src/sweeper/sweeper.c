@@ -96,7 +96,7 @@
 #include "citus/colocated.h"
 #include "compat.h"
 #include "guc.h"
-#include "retention/sweep.h"
+#include "retention/retention.h"
 #include "sweeper/sweep_pace.h"
 #include "sweeper/sweep_vacuum.h"
 #include "sweeper/sweeper.h"

@@ -3,7 +3,8 @@
  * relations.h
  *	  The extension's tables and the indexes the claim and the sweep use,
  *	  found through pg_extension and pg_depend, never by a name resolved at
- *	  run time (relations.c).
+ *	  run time (relations.c), and their rows deleted by TID as DELETE does
+ *	  (tid_delete.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -12,6 +13,9 @@
 
 #include "access/attnum.h"
 #include "access/skey.h"
+#include "datatype/timestamp.h"
+#include "executor/tuptable.h"
+#include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/relcache.h"
 
@@ -51,5 +55,14 @@ extern Oid	dedup_table_owner(Oid relid);
 extern Oid	dedup_member_table(const char *name);
 extern void dedup_scan_key(ScanKey key, Relation index, AttrNumber attno,
 						   StrategyNumber strategy, Datum value);
+
+/* deleting rows by TID, found through an index, as DELETE does (tid_delete.c) */
+extern bool dedup_tid_delete_row(Relation rel, Relation index,
+								 const ScanKeyData *keys, int nkeys,
+								 ItemPointer tid, TupleTableSlot *slot);
+extern uint64 dedup_tid_delete_range(const DedupRelations *rels,
+									 text *consumer, TimestampTz from,
+									 TimestampTz before, int limit,
+									 TimestampTz *last);
 
 #endif							/* DEDUP_RELATIONS_H */

@@ -1,20 +1,17 @@
 /*-------------------------------------------------------------------------
  *
- * sweep.h
- *	  The retention rule, finding and deleting expired processed_messages
- *	  rows, and deleting a row as DELETE does (sweep.c): what the sweeper
- *	  and the forgets build on.
+ * retention.h
+ *	  Retention: the rule and the consumer walk (rule.c), and the sweep of
+ *	  expired processed_messages rows (sweep.c), which the sweeper, the
+ *	  storage figures and the colocated sweep build on.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef DEDUP_SWEEP_H
-#define DEDUP_SWEEP_H
+#ifndef DEDUP_RETENTION_H
+#define DEDUP_RETENTION_H
 
-#include "access/skey.h"
 #include "datatype/timestamp.h"
-#include "executor/tuptable.h"
 #include "nodes/pg_list.h"
-#include "storage/itemptr.h"
 
 #include "tables/relations.h"
 
@@ -43,22 +40,19 @@ typedef struct DedupConsumer
 	TimestampTz cutoff;
 } DedupConsumer;
 
+/* the consumer walk and the rule (rule.c) */
 extern List *dedup_consumers(const DedupRelations *rels,
 							 const char *only_consumer, bool with_windows);
 
 extern bool dedup_consumer_cutoff(const DedupRelations *rels, text *consumer,
 								  TimestampTz latest, TimestampTz *cutoff);
+
+/* the sweep (sweep.c) */
 extern bool dedup_sweep_lock(Oid messages, bool wait);
 extern void dedup_sweep_check_role(const DedupRelations *rels, Oid role);
 extern List *dedup_sweep_targets(const DedupRelations *rels,
 								 const char *only_consumer);
 extern uint64 dedup_sweep_batch(const DedupRelations *rels,
 								DedupSweepTarget *target, int batch_size);
-extern bool dedup_delete_row(Relation rel, Relation index,
-							 const ScanKeyData *keys, int nkeys,
-							 ItemPointer tid, TupleTableSlot *slot);
-extern uint64 dedup_delete_rows(const DedupRelations *rels, text *consumer,
-								TimestampTz from, TimestampTz before,
-								int limit, TimestampTz *last);
 
-#endif							/* DEDUP_SWEEP_H */
+#endif							/* DEDUP_RETENTION_H */
