@@ -24,7 +24,10 @@ OBJS = \
 	src/streams/stream_offsets.o \
 	src/streams/stream_positions.o \
 	src/citus/citus.o \
+	src/citus/registry.o \
+	src/citus/routed_plan.o \
 	src/citus/colocated.o \
+	src/citus/colocated_ddl.o \
 	src/citus/colocated_sweep.o \
 	src/retention/rule.o \
 	src/retention/sweep.o \

@@ -40,7 +40,6 @@
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/datum.h"
-#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 

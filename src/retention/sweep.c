@@ -16,7 +16,6 @@
  */
 #include "postgres.h"
 
-#include "catalog/pg_namespace.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lock.h"

@@ -28,7 +28,6 @@
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
