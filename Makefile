@@ -19,6 +19,7 @@ OBJS = \
 	src/claim/claim.o \
 	src/claim/claim_writer.o \
 	src/claim/claimants.o \
+	src/claim/entry.o \
 	src/claim/heartbeat.o \
 	src/claim/records.o \
 	src/streams/stream_offsets.o \

@@ -51,7 +51,6 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "miscadmin.h"
 #include "utils/array.h"
 
 #include "audit.h"
@@ -59,7 +58,6 @@
 #include "citus/colocated.h"
 #include "citus/routed_plan.h"
 #include "claim/claim.h"
-#include "claim/claimants.h"
 #include "guc.h"
 #include "keys.h"
 #include "stats/claim_stats.h"
@@ -69,51 +67,47 @@ PG_FUNCTION_INFO_V1(dedup_claim_routed_many);
 PG_FUNCTION_INFO_V1(dedup_seen_routed);
 PG_FUNCTION_INFO_V1(dedup_forget_routed);
 
-/* what routed_begin() checks besides the first three arguments */
-#define ROUTED_KEY		0x01	/* the fourth, a message id */
-#define ROUTED_WRITES	0x02	/* not in recovery or a read-only transaction */
-#define ROUTED_CLAIMANT 0x04	/* the claimant mapping (not for a forget) */
-
 /*
- * The checks every routed entry point makes on its arguments (records,
- * route, consumer and, with ROUTED_KEY, message_id; message_ids are left to
- * the caller), then the node, the registry and (ROUTED_CLAIMANT) the
- * claimant.
+ * Check the arguments every routed entry point takes (records, route,
+ * consumer and, with_key, message_id), in their order.
  */
-static ColocatedTable *
-routed_begin(FunctionCallInfo fcinfo, const char *name, const char *call,
-			 int checks)
+static void
+routed_args(FunctionCallInfo fcinfo, const char *name, bool with_key)
 {
-	ColocatedTable *table;
-	bool		was;
-
 	dedup_check_not_null(name, "records", 0, PG_ARGISNULL(0));
 	dedup_check_not_null(name, "route", 0, PG_ARGISNULL(1));
 	dedup_check_key(name, "consumer", 0, PG_GETARG_DATUM(2), PG_ARGISNULL(2),
 					DEDUP_MAX_CONSUMER_BYTES);
-	if (checks & ROUTED_KEY)
+	if (with_key)
 		dedup_check_key(name, "message_id", 0, PG_GETARG_DATUM(3),
 						PG_ARGISNULL(3), DEDUP_MAX_MESSAGE_ID_BYTES);
-	if (checks & ROUTED_WRITES)
-	{
-		PreventCommandDuringRecovery(call);
-		PreventCommandIfReadOnly(call);
-	}
-	table = dedup_colocated_table(PG_GETARG_OID(0), call);
-	if (checks & ROUTED_WRITES)
-		dedup_citus_routed_write();
-	if (!(checks & ROUTED_CLAIMANT))
-		return table;
-	was = dedup_citus_reading_only(true);
+}
+
+/*
+ * After the arguments, what dedup_claim_checks checks (DEDUP_CHECK_WRITES,
+ * DEDUP_CHECK_CLAIMANT), reading the extension's tables only (no
+ * two-phase commit is asked for, citus.c); then the records table, on the
+ * coordinator, registered and of the right shape.  A call that writes
+ * marks the transaction (dedup_citus_routed_write).
+ */
+static ColocatedTable *
+routed_open(FunctionCallInfo fcinfo, const char *call, int checks)
+{
+	ColocatedTable *table;
+	bool		was = dedup_citus_reading_only(true);
+
 	PG_TRY();
 	{
-		dedup_check_claimant(PG_GETARG_TEXT_PP(2), call);
+		dedup_claim_checks(call, PG_GETARG_TEXT_PP(2), checks);
 	}
 	PG_FINALLY();
 	{
 		dedup_citus_reading_only(was);
 	}
 	PG_END_TRY();
+	table = dedup_colocated_table(PG_GETARG_OID(0), call);
+	if (checks & DEDUP_CHECK_WRITES)
+		dedup_citus_routed_write();
 	return table;
 }
 
@@ -127,13 +121,13 @@ static uint64
 routed_execute(ColocatedTable *table, RoutedStatement kind, Datum *values,
 			   text *consumer, int nkeys, bool count)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
-	DedupClaimTally tally = {0};
+	DedupClaimFrame frame;
 	instr_time	start;
 	SPIPlanPtr	plan;
 	int			rc;
 	uint64		rows;
 
+	dedup_claim_frame_start(&frame, consumer, NULL);
 	if (count && dedup_track_claims)
 		INSTR_TIME_SET_CURRENT(start);
 	PG_TRY();
@@ -146,13 +140,7 @@ routed_execute(ColocatedTable *table, RoutedStatement kind, Datum *values,
 	PG_CATCH();
 	{
 		if (count)
-		{
-			int			code = geterrcode();
-
-			MemoryContextSwitchTo(caller_context);
-			dedup_stats_tally(&tally, dedup_claim_failure(code), false, &start);
-			dedup_stats_flush(consumer, NULL, &tally);
-		}
+			dedup_claim_failed(&frame, false, &start);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -161,29 +149,31 @@ routed_execute(ColocatedTable *table, RoutedStatement kind, Datum *values,
 	{
 		/* the batch's time is shared by its keys, as a lock wait is not seen */
 		for (uint64 i = 0; i < (uint64) nkeys; i++)
-			dedup_stats_tally(&tally, i < rows ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+			dedup_stats_tally(&frame.tally,
+							  i < rows ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
 							  false, &start);
-		dedup_stats_flush(consumer, NULL, &tally);
+		dedup_claim_counted(&frame);
 	}
 	return rows;
 }
 
 /*
  * The entry points of one key (records, route, consumer, message_id):
- * claim, seen and forget.  Check what checks asks for besides the key, run
- * the statement kind (a claim counted as one), and say whether it found or
- * wrote a row.
+ * claim, seen and forget.  Check the arguments and what checks asks for
+ * (routed_open), run the statement kind (a claim counted as one), and say
+ * whether it found or wrote a row.
  */
 static bool
 routed_one_key(FunctionCallInfo fcinfo, RoutedStatement kind,
 			   const char *name, int checks)
 {
-	ColocatedTable *table = routed_begin(fcinfo, name, psprintf("%s()", name),
-										 ROUTED_KEY | checks);
+	ColocatedTable *table;
 	bool		claim = kind == ROUTED_CLAIM;
 	Datum		values[3];
 	uint64		rows;
 
+	routed_args(fcinfo, name, true);
+	table = routed_open(fcinfo, psprintf("%s()", name), checks);
 	values[0] = dedup_route_value(table, PG_GETARG_TEXT_PP(1));
 	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(2));
 	values[2] = PointerGetDatum(PG_GETARG_TEXT_PP(3));
@@ -209,7 +199,7 @@ Datum
 dedup_claim_routed(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(routed_one_key(fcinfo, ROUTED_CLAIM, "dedup_claim_routed",
-								  ROUTED_WRITES | ROUTED_CLAIMANT));
+								  DEDUP_CHECK_WRITES | DEDUP_CHECK_CLAIMANT));
 }
 
 /* bytewise order of keys, as claim.c's batches are claimed */
@@ -240,53 +230,32 @@ text_compare(const void *a, const void *b)
 Datum
 dedup_claim_routed_many(PG_FUNCTION_ARGS)
 {
+	const char *name = "dedup_claim_routed_many";
 	ColocatedTable *table;
-	ArrayType  *array;
-	Datum	   *elements;
-	bool	   *nulls;
-	int			nkeys;
+	DedupBatch	batch;
 	int			ndistinct = 0;
 	text	  **sorted;
 	text	  **claimed;
-	Datum	   *results;
+	bool	   *answers;
 	Datum		values[3];
 	uint64		rows;
-	int			lbound = 1;
 	instr_time	start;
 
-	if (PG_ARGISNULL(3))
-		ereport(ERROR,
-				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("argument \"message_ids\" of dedup_claim_routed_many must not be null"));
-	array = PG_GETARG_ARRAYTYPE_P(3);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				errmsg("argument \"message_ids\" of dedup_claim_routed_many must be a one-dimensional array"));
-	nkeys = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-	if (nkeys > DEDUP_MAX_BATCH_KEYS)
-		ereport(ERROR,
-				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				errmsg("argument \"message_ids\" of dedup_claim_routed_many has too many elements"),
-				errdetail("It has %d elements; at most %d are accepted.",
-						  nkeys, DEDUP_MAX_BATCH_KEYS),
-				errhint("Claim a larger batch in several calls, in the same transaction."));
-	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
-					  &elements, &nulls, &nkeys);
-	for (int i = 0; i < nkeys; i++)
-		dedup_check_key("dedup_claim_routed_many", "message_ids", i + 1,
-						elements[i], nulls[i], DEDUP_MAX_MESSAGE_ID_BYTES);
-	table = routed_begin(fcinfo, "dedup_claim_routed_many",
-						 "dedup_claim_routed_many()",
-						 ROUTED_WRITES | ROUTED_CLAIMANT);
-	if (nkeys == 0)
-		PG_RETURN_ARRAYTYPE_P(construct_empty_array(BOOLOID));
+	routed_args(fcinfo, name, false);
+	dedup_batch_arg(fcinfo, 3, name, "message_ids", TEXTOID, &batch);
+	for (int i = 0; i < batch.n; i++)
+		dedup_check_key(name, "message_ids", i + 1, batch.elements[i],
+						batch.nulls[i], DEDUP_MAX_MESSAGE_ID_BYTES);
+	table = routed_open(fcinfo, "dedup_claim_routed_many()",
+						DEDUP_CHECK_WRITES | DEDUP_CHECK_CLAIMANT);
+	if (batch.n == 0)
+		PG_RETURN_ARRAYTYPE_P(dedup_batch_answers(&batch, NULL));
 
-	sorted = palloc(nkeys * sizeof(text *));
-	for (int i = 0; i < nkeys; i++)
-		sorted[i] = DatumGetTextPP(elements[i]);
-	qsort(sorted, nkeys, sizeof(text *), text_compare);
-	for (int i = 0; i < nkeys; i++)
+	sorted = palloc(batch.n * sizeof(text *));
+	for (int i = 0; i < batch.n; i++)
+		sorted[i] = DatumGetTextPP(batch.elements[i]);
+	qsort(sorted, batch.n, sizeof(text *), text_compare);
+	for (int i = 0; i < batch.n; i++)
 		if (ndistinct == 0 || text_compare(&sorted[ndistinct - 1], &sorted[i]) != 0)
 			sorted[ndistinct++] = sorted[i];
 
@@ -320,29 +289,28 @@ dedup_claim_routed_many(PG_FUNCTION_ARGS)
 
 	/* the first element of each claimed key is true; counted per element */
 	{
-		DedupClaimTally tally = {0};
+		DedupClaimFrame frame;
 		bool	   *taken = palloc0((rows + 1) * sizeof(bool));
 
-		results = palloc(nkeys * sizeof(Datum));
-		for (int i = 0; i < nkeys; i++)
+		dedup_claim_frame_start(&frame, PG_GETARG_TEXT_PP(2), NULL);
+		answers = palloc(batch.n * sizeof(bool));
+		for (int i = 0; i < batch.n; i++)
 		{
-			text	   *key = DatumGetTextPP(elements[i]);
+			text	   *key = DatumGetTextPP(batch.elements[i]);
 			text	  **hit = bsearch(&key, claimed, rows, sizeof(text *),
 									  text_compare);
 			bool		now = hit != NULL && !taken[hit - claimed];
 
 			if (now)
 				taken[hit - claimed] = true;
-			results[i] = BoolGetDatum(now);
-			dedup_stats_tally(&tally, now ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+			answers[i] = now;
+			dedup_stats_tally(&frame.tally,
+							  now ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
 							  false, &start);
 		}
-		dedup_stats_flush(PG_GETARG_TEXT_PP(2), NULL, &tally);
+		dedup_claim_counted(&frame);
 	}
-	if (ARR_NDIM(array) == 1)
-		lbound = ARR_LBOUND(array)[0];
-	PG_RETURN_ARRAYTYPE_P(construct_md_array(results, NULL, 1, &nkeys, &lbound,
-											 BOOLOID, 1, true, TYPALIGN_CHAR));
+	PG_RETURN_ARRAYTYPE_P(dedup_batch_answers(&batch, answers));
 }
 
 /*
@@ -356,7 +324,7 @@ Datum
 dedup_seen_routed(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(routed_one_key(fcinfo, ROUTED_SEEN, "dedup_seen_routed",
-								  ROUTED_CLAIMANT));
+								  DEDUP_CHECK_CLAIMANT));
 }
 
 /*
@@ -373,7 +341,7 @@ Datum
 dedup_forget_routed(PG_FUNCTION_ARGS)
 {
 	bool		found = routed_one_key(fcinfo, ROUTED_FORGET,
-									   "dedup_forget_routed", ROUTED_WRITES);
+									   "dedup_forget_routed", DEDUP_CHECK_WRITES);
 
 	dedup_audit_forget(PG_GETARG_TEXT_PP(2), PG_GETARG_TEXT_PP(3), found);
 	PG_RETURN_BOOL(found);

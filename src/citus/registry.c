@@ -25,6 +25,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
 #include "nodes/primnodes.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"

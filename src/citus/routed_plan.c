@@ -19,6 +19,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/pg_operator.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"

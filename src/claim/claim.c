@@ -5,10 +5,11 @@
  *	  caller's transaction, that a consumer has processed a message (or a
  *	  batch of them), optionally with a fingerprint of its payload.
  *
- * This file owns the SQL entry points: their argument checks (shared with
- * records.c and the claims by offset), the order in which a batch's keys are claimed, the claimant
- * check (claimants.c), and reporting each claim's outcome to the counters
- * (claim_stats.c).  The claim itself, INSERT ... ON CONFLICT DO NOTHING
+ * This file owns the SQL entry points and the order in which a batch's keys
+ * are claimed; their argument checks, the checks before a claim (the
+ * claimant's, claimants.c) and the counting of each claim's outcome
+ * (claim_stats.c) are the entry points' kit (entry.c), in the order every
+ * claim shares.  The claim itself, INSERT ... ON CONFLICT DO NOTHING
  * done directly on the table found by OID, is claim_writer.c's: it has
  * exactly that statement's guarantees under every isolation level.  What
  * the statement would add around it (triggers, rules, permission checks on
@@ -23,16 +24,14 @@
 #include "access/detoast.h"
 #include "access/table.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_type.h"
 #include "fmgr.h"
-#include "miscadmin.h"
-#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 
 #include "claim/claim.h"
 #include "claim/claim_writer.h"
-#include "claim/claimants.h"
 #include "guc.h"
 #include "keys.h"
 #include "stats/claim_stats.h"
@@ -41,63 +40,6 @@
 PG_FUNCTION_INFO_V1(dedup_claim);
 PG_FUNCTION_INFO_V1(dedup_claim_many);
 PG_FUNCTION_INFO_V1(dedup_try_claim);
-
-/*
- * Raise the error a caller must see, rather than a NULL, when a key
- * (argument argname of function, or its element number element, counted
- * from 1; 0 for a plain argument) is NULL.
- */
-void
-dedup_check_not_null(const char *function, const char *argname, int element,
-					 bool isnull)
-{
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 element > 0 ?
-				 errmsg("element %d of argument \"%s\" of %s must not be null",
-						element, argname, function) :
-				 errmsg("argument \"%s\" of %s must not be null",
-						argname, function),
-				 errdetail("A claim is either recorded or a duplicate; a null key can be neither.")));
-}
-
-/*
- * Raise the error a caller must see, rather than a NULL or a silently
- * truncated key, when a key is unusable: argument argname of function, or
- * its element number element (counted from 1; 0 for a plain argument).
- *
- * The length is read from the varlena header, so an oversized value is
- * rejected without being detoasted and before any index is touched.
- */
-void
-dedup_check_key(const char *function, const char *argname, int element,
-				Datum value, bool isnull, Size max_bytes)
-{
-	Size		len;
-
-	dedup_check_not_null(function, argname, element, isnull);
-	len = toast_raw_datum_size(value) - VARHDRSZ;
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 element > 0 ?
-				 errmsg("element %d of argument \"%s\" of %s must not be empty",
-						element, argname, function) :
-				 errmsg("argument \"%s\" of %s must not be empty",
-						argname, function)));
-	if (len > max_bytes)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 element > 0 ?
-				 errmsg("element %d of argument \"%s\" of %s is too long",
-						element, argname, function) :
-				 errmsg("argument \"%s\" of %s is too long",
-						argname, function),
-				 errdetail("It is %zu bytes; at most %zu bytes are accepted.",
-						   len, max_bytes),
-				 errhint("Claim a digest of long keys, for example encode(sha256(convert_to(key, 'UTF8')), 'hex').")));
-}
 
 /*
  * The keys of a batch, in the order they are claimed: by key, and among
@@ -142,26 +84,30 @@ typedef struct ClaimOptions
 
 /*
  * Check that the transaction may write and the caller may claim for
- * consumer; then claim each of the nkeys keys (keys[i].key, already
- * checked) for consumer, setting outcomes[keys[i].position], and count
- * each outcome.
+ * consumer, and open processed_messages; then claim each of the nkeys keys
+ * (keys[i].key, already checked) for consumer, setting
+ * outcomes[keys[i].position], and count each outcome.  No keys: checked,
+ * nothing claimed.
  */
 static void
 claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		   int nkeys, ClaimOutcome *outcomes)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
 	const DedupRelations *rels;
 	Relation	rel;
 	ClaimWriter *writer;
-	DedupClaimTally tally = {0};
+	DedupClaimFrame frame;
 	int			done = 0;
 
-	PreventCommandDuringRecovery(options->function);
-	PreventCommandIfReadOnly(options->function);
-	dedup_check_claimant(consumer, options->function);
-
+	dedup_claim_checks(options->function, consumer,
+					   DEDUP_CHECK_WRITES | DEDUP_CHECK_CLAIMANT);
 	rel = dedup_table_open(DEDUP_MESSAGES, RowExclusiveLock, false, &rels);
+	if (nkeys == 0)
+	{
+		table_close(rel, NoLock);
+		return;
+	}
+	dedup_claim_frame_start(&frame, consumer, NULL);
 	writer = dedup_claim_writer_begin(rel, rels->messages_key,
 									  rels->fingerprint_attnum, false);
 	for (; done < nkeys; done++)
@@ -184,25 +130,20 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		}
 		PG_CATCH();
 		{
-			int			code = geterrcode();
-
-			/* count in the caller's context, not the error context */
-			MemoryContextSwitchTo(caller_context);
-			dedup_stats_tally(&tally, dedup_claim_failure(code),
-							  dedup_claim_waited(lock_wait_mark), &start);
-			dedup_stats_flush(consumer, NULL, &tally);
+			dedup_claim_failed(&frame, dedup_claim_waited(lock_wait_mark),
+							   &start);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
 		outcomes[keys[done].position] = outcome;
 		if (outcome != CLAIM_IN_PROGRESS)
-			dedup_stats_tally(&tally,
+			dedup_stats_tally(&frame.tally,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
 							  dedup_claim_waited(lock_wait_mark), &start);
 	}
 	dedup_claim_writer_end(writer);
 	table_close(rel, NoLock);
-	dedup_stats_flush(consumer, NULL, &tally);
+	dedup_claim_counted(&frame);
 }
 
 /*
@@ -294,65 +235,40 @@ dedup_try_claim(PG_FUNCTION_ARGS)
  * transaction, each exactly as dedup_claim would: element i of the result
  * is true when message_ids[i] was claimed now, false when it is a
  * duplicate -- of an earlier claim, or of an earlier element of the same
- * array.  Every key is checked before any is claimed.
+ * array.  Every key is checked before any is claimed; an empty batch is
+ * checked as any other (entry.c), and answers an empty array.
  */
 Datum
 dedup_claim_many(PG_FUNCTION_ARGS)
 {
-	ArrayType  *array;
-	Datum	   *elements;
-	bool	   *nulls;
-	int			nkeys;
+	DedupBatch	batch;
 	BatchKey   *keys;
 	ClaimOptions options = {0};
 	ClaimOutcome *outcomes;
-	Datum	   *results;
-	int			lbound = 1;
+	bool	   *answers;
 
 	dedup_check_key("dedup_claim_many", "consumer", 0, PG_GETARG_DATUM(0),
 					PG_ARGISNULL(0), DEDUP_MAX_CONSUMER_BYTES);
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"message_ids\" of dedup_claim_many must not be null")));
-	array = PG_GETARG_ARRAYTYPE_P(1);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("argument \"message_ids\" of dedup_claim_many must be a one-dimensional array")));
-	nkeys = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-	if (nkeys > DEDUP_MAX_BATCH_KEYS)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("argument \"message_ids\" of dedup_claim_many has too many elements"),
-				 errdetail("It has %d elements; at most %d are accepted.",
-						   nkeys, DEDUP_MAX_BATCH_KEYS),
-				 errhint("Claim a larger batch in several calls, in the same transaction.")));
-	if (nkeys == 0)
-		PG_RETURN_ARRAYTYPE_P(construct_empty_array(BOOLOID));
-
-	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
-					  &elements, &nulls, &nkeys);
-	keys = palloc(nkeys * sizeof(BatchKey));
-	for (int i = 0; i < nkeys; i++)
+	dedup_batch_arg(fcinfo, 1, "dedup_claim_many", "message_ids", TEXTOID,
+					&batch);
+	keys = palloc(Max(batch.n, 1) * sizeof(BatchKey));
+	for (int i = 0; i < batch.n; i++)
 	{
-		dedup_check_key("dedup_claim_many", "message_ids", i + 1, elements[i],
-						nulls[i], DEDUP_MAX_MESSAGE_ID_BYTES);
-		keys[i].key = DatumGetTextPP(elements[i]);
+		dedup_check_key("dedup_claim_many", "message_ids", i + 1,
+						batch.elements[i], batch.nulls[i],
+						DEDUP_MAX_MESSAGE_ID_BYTES);
+		keys[i].key = DatumGetTextPP(batch.elements[i]);
 		keys[i].position = i;
 	}
-	qsort(keys, nkeys, sizeof(BatchKey), batch_key_compare);
+	qsort(keys, batch.n, sizeof(BatchKey), batch_key_compare);
 
-	outcomes = palloc(nkeys * sizeof(ClaimOutcome));
+	outcomes = palloc(Max(batch.n, 1) * sizeof(ClaimOutcome));
 	options.function = "dedup_claim_many()";
 	options.wait = true;
-	claim_keys(&options, PG_GETARG_TEXT_PP(0), keys, nkeys, outcomes);
+	claim_keys(&options, PG_GETARG_TEXT_PP(0), keys, batch.n, outcomes);
 
-	results = palloc(nkeys * sizeof(Datum));
-	for (int i = 0; i < nkeys; i++)
-		results[i] = BoolGetDatum(outcomes[i] == CLAIM_CLAIMED);
-	if (ARR_NDIM(array) == 1)
-		lbound = ARR_LBOUND(array)[0];
-	PG_RETURN_ARRAYTYPE_P(construct_md_array(results, NULL, 1, &nkeys, &lbound,
-											 BOOLOID, 1, true, TYPALIGN_CHAR));
+	answers = palloc(Max(batch.n, 1) * sizeof(bool));
+	for (int i = 0; i < batch.n; i++)
+		answers[i] = outcomes[i] == CLAIM_CLAIMED;
+	PG_RETURN_ARRAYTYPE_P(dedup_batch_answers(&batch, answers));
 }

@@ -59,7 +59,6 @@
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
-#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
@@ -67,7 +66,6 @@
 #include "audit.h"
 #include "claim/claim.h"
 #include "claim/claim_writer.h"
-#include "claim/claimants.h"
 #include "guc.h"
 #include "keys.h"
 #include "stats/claim_stats.h"
@@ -205,14 +203,6 @@ position_write(ClaimWriter *writer, const PositionKey *key, int64 offset,
 	return true;
 }
 
-/* Add tally to the counters of key's consumer, and of its stream */
-static void
-count_tally(const PositionKey *key, const DedupClaimTally *tally)
-{
-	dedup_stats_flush(key->consumer, NULL, tally);
-	dedup_stats_flush(key->consumer, key->stream, tally);
-}
-
 /*
  * Count the answers of a claim of key: claimed offsets claimed, replays
  * skipped, in one call that started at start and waited for a lock or not.
@@ -223,53 +213,61 @@ static void
 count_answers(const PositionKey *key, int claimed, int replays, bool waited,
 			  const instr_time *start)
 {
-	DedupClaimTally tally = {0};
+	DedupClaimFrame frame;
 
 	if (!dedup_track_claims)
 		return;
-	dedup_stats_tally(&tally, claimed > 0 ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
+	dedup_claim_frame_start(&frame, key->consumer, key->stream);
+	dedup_stats_tally(&frame.tally, claimed > 0 ? DEDUP_CLAIMED : DEDUP_DUPLICATE,
 					  waited, start);
-	if (tally.outcomes[DEDUP_CLAIMED] + tally.outcomes[DEDUP_DUPLICATE] == 0)
+	if (frame.tally.outcomes[DEDUP_CLAIMED] + frame.tally.outcomes[DEDUP_DUPLICATE] == 0)
 		return;					/* no counters (not preloaded) */
-	tally.outcomes[DEDUP_CLAIMED] = claimed;
-	tally.outcomes[DEDUP_DUPLICATE] = replays;
-	count_tally(key, &tally);
+	frame.tally.outcomes[DEDUP_CLAIMED] = claimed;
+	frame.tally.outcomes[DEDUP_DUPLICATE] = replays;
+	dedup_claim_counted(&frame);
 }
 
 /*
- * Check that the transaction may write; then, for a claim of the noffsets
- * offsets of key (answers given), check that the caller may claim for the
- * consumer, move the position to the greatest offset if that is forward,
- * and set answers[i] to whether offsets[i] is past the position as the
- * offsets before it left it, counting them; without answers, set the
- * position to offsets[0] (noffsets 1), whatever it was.  function names
- * the caller for errors.  Returns whether key had a position, in
- * *previous (its committed offset).
+ * Check that the transaction may write and, for a claim of the noffsets
+ * offsets of key (answers given), that the caller may claim for the
+ * consumer; then move the position to the greatest offset if that is
+ * forward, and set answers[i] to whether offsets[i] is past the position
+ * as the offsets before it left it, counting them; without answers, set
+ * the position to offsets[0] (noffsets 1), whatever it was.  No offsets:
+ * checked, nothing claimed.  function names the caller for errors.
+ * Returns whether key had a position, in *previous (its committed offset).
  */
 static bool
 position_set(const char *function, const PositionKey *key,
 			 const int64 *offsets, int noffsets, bool *answers,
 			 int64 *previous)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
 	const DedupRelations *rels;
 	Relation	rel;
 	ClaimWriter *writer;
+	DedupClaimFrame frame;
 	TimestampTz lock_wait_mark = get_timeout_start_time(DEADLOCK_TIMEOUT);
 	instr_time	start;
-	int64		target = offsets[0];
+	int64		target;
 	int64		position;
 	int			claimed = 0;
 	bool		found;
 
-	PreventCommandDuringRecovery(function);
-	PreventCommandIfReadOnly(function);
-	if (answers != NULL)
-		dedup_check_claimant(key->consumer, function);
+	dedup_claim_checks(function, key->consumer,
+					   answers != NULL ?
+					   DEDUP_CHECK_WRITES | DEDUP_CHECK_CLAIMANT :
+					   DEDUP_CHECK_WRITES);
 	rel = dedup_positions_open(function, RowExclusiveLock, &rels);
+	if (noffsets == 0)
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+	target = offsets[0];
 	for (int i = 1; i < noffsets; i++)
 		target = Max(target, offsets[i]);
 
+	dedup_claim_frame_start(&frame, key->consumer, key->stream);
 	INSTR_TIME_SET_CURRENT(start);
 	writer = dedup_claim_writer_begin(rel, rels->positions_key, 0, true);
 	PG_TRY();
@@ -279,17 +277,10 @@ position_set(const char *function, const PositionKey *key,
 	}
 	PG_CATCH();
 	{
-		int			code = geterrcode();
-		DedupClaimTally tally = {0};
-
-		/* a claim that fails counts once, in the caller's context */
-		MemoryContextSwitchTo(caller_context);
+		/* a claim that fails counts once */
 		if (answers != NULL)
-		{
-			dedup_stats_tally(&tally, dedup_claim_failure(code),
-							  dedup_claim_waited(lock_wait_mark), &start);
-			count_tally(key, &tally);
-		}
+			dedup_claim_failed(&frame, dedup_claim_waited(lock_wait_mark),
+							   &start);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -348,66 +339,37 @@ dedup_claim_offset(PG_FUNCTION_ARGS)
  * element i of the result is what dedup_claim_offset(message_offsets[i])
  * would have answered after the elements before it -- true when it is past
  * the position they left, false for a replay (or an offset repeated, or
- * out of order).  Every offset is checked before any is claimed.
+ * out of order).  Every offset is checked before any is claimed; an empty
+ * batch is checked as any other (entry.c), and answers an empty array.
  */
 Datum
 dedup_claim_offsets(PG_FUNCTION_ARGS)
 {
 	const char *function = "dedup_claim_offsets";
 	PositionKey key;
-	ArrayType  *array;
-	Datum	   *elements;
-	bool	   *nulls;
-	int			noffsets;
+	DedupBatch	batch;
 	int64	   *offsets;
 	bool	   *answers;
-	Datum	   *results;
 	int64		previous;
-	int			lbound = 1;
 
 	check_position_key(fcinfo, function, &key);
+	/* its own words for a NULL batch: a NULL offset's (stream_claim.sql) */
 	if (PG_ARGISNULL(3))
 		check_number(function, "message_offsets", 0, true, 0, 0);
-	array = PG_GETARG_ARRAYTYPE_P(3);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("argument \"message_offsets\" of %s must be a one-dimensional array",
-						function)));
-	noffsets = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-	if (noffsets > DEDUP_MAX_BATCH_KEYS)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("argument \"message_offsets\" of %s has too many elements",
-						function),
-				 errdetail("It has %d elements; at most %d are accepted.",
-						   noffsets, DEDUP_MAX_BATCH_KEYS),
-				 errhint("Claim a larger batch in several calls, in the same transaction.")));
-	if (noffsets == 0)
-		PG_RETURN_ARRAYTYPE_P(construct_empty_array(BOOLOID));
-
-	deconstruct_array(array, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
-					  TYPALIGN_DOUBLE, &elements, &nulls, &noffsets);
-	offsets = palloc(noffsets * sizeof(int64));
-	for (int i = 0; i < noffsets; i++)
+	dedup_batch_arg(fcinfo, 3, function, "message_offsets", INT8OID, &batch);
+	offsets = palloc(Max(batch.n, 1) * sizeof(int64));
+	for (int i = 0; i < batch.n; i++)
 	{
-		check_number(function, "message_offsets", i + 1, nulls[i],
-					 nulls[i] ? 0 : DatumGetInt64(elements[i]),
+		check_number(function, "message_offsets", i + 1, batch.nulls[i],
+					 batch.nulls[i] ? 0 : DatumGetInt64(batch.elements[i]),
 					 MAX_CLAIMED_OFFSET);
-		offsets[i] = DatumGetInt64(elements[i]);
+		offsets[i] = DatumGetInt64(batch.elements[i]);
 	}
 
-	answers = palloc(noffsets * sizeof(bool));
-	(void) position_set("dedup_claim_offsets()", &key, offsets, noffsets,
+	answers = palloc(Max(batch.n, 1) * sizeof(bool));
+	(void) position_set("dedup_claim_offsets()", &key, offsets, batch.n,
 						answers, &previous);
-
-	results = palloc(noffsets * sizeof(Datum));
-	for (int i = 0; i < noffsets; i++)
-		results[i] = BoolGetDatum(answers[i]);
-	lbound = ARR_LBOUND(array)[0];
-	PG_RETURN_ARRAYTYPE_P(construct_md_array(results, NULL, 1, &noffsets,
-											 &lbound, BOOLOID, 1, true,
-											 TYPALIGN_CHAR));
+	PG_RETURN_ARRAYTYPE_P(dedup_batch_answers(&batch, answers));
 }
 
 /*
