@@ -84,28 +84,34 @@ routed_args(FunctionCallInfo fcinfo, const char *name, bool with_key)
 }
 
 /*
- * After the arguments, what dedup_claim_checks checks (DEDUP_CHECK_WRITES,
- * DEDUP_CHECK_CLAIMANT), reading the extension's tables only (no
- * two-phase commit is asked for, citus.c); then the records table, on the
- * coordinator, registered and of the right shape.  A call that writes
- * marks the transaction (dedup_citus_routed_write).
+ * After the arguments, the checks of dedup_claim_checks that checks asks
+ * for, in its order, with the node's between them: the transaction
+ * (DEDUP_CHECK_WRITES), the node (the Citus coordinator, where the guard of
+ * a local claim refuses a worker too), the claimant (DEDUP_CHECK_CLAIMANT,
+ * reading the extension's tables only: no two-phase commit is asked for,
+ * citus.c); then the records table, registered and of the right shape.  A
+ * call that writes marks the transaction (dedup_citus_routed_write).
  */
 static ColocatedTable *
 routed_open(FunctionCallInfo fcinfo, const char *call, int checks)
 {
 	ColocatedTable *table;
-	bool		was = dedup_citus_reading_only(true);
+	bool		was;
 
+	dedup_claim_checks(call, NULL, checks & DEDUP_CHECK_WRITES);
+	dedup_colocated_check_node(call);
+	was = dedup_citus_reading_only(true);
 	PG_TRY();
 	{
-		dedup_claim_checks(call, PG_GETARG_TEXT_PP(2), checks);
+		dedup_claim_checks(call, PG_GETARG_TEXT_PP(2),
+						   checks & DEDUP_CHECK_CLAIMANT);
 	}
 	PG_FINALLY();
 	{
 		dedup_citus_reading_only(was);
 	}
 	PG_END_TRY();
-	table = dedup_colocated_table(PG_GETARG_OID(0), call);
+	table = dedup_colocated_table(PG_GETARG_OID(0));
 	if (checks & DEDUP_CHECK_WRITES)
 		dedup_citus_routed_write();
 	return table;

@@ -60,19 +60,18 @@ colocated_invalidate(Datum arg, Oid relid)
 }
 
 /*
- * The registered records table relid, ready to claim into: refused unless
- * on a Citus coordinator, registered, of the shape the claims expect, and
- * distributed by route.  The shape is checked again whenever the table's
+ * The registered records table relid, ready to claim into, for a caller on
+ * the Citus coordinator (dedup_colocated_check_node): refused unless
+ * registered, of the shape the claims expect, and distributed by route.  The shape is checked again whenever the table's
  * relcache entry changes (a dropped primary key would turn duplicates into
  * claims).
  */
 ColocatedTable *
-dedup_colocated_table(Oid relid, const char *function)
+dedup_colocated_table(Oid relid)
 {
 	ColocatedTable *table;
 	bool		found;
 
-	dedup_colocated_check_node(function);
 	if (colocated_cache == NULL)
 	{
 		HASHCTL		ctl;

@@ -32,7 +32,7 @@ typedef struct ColocatedTable
 	SPIPlanPtr	plans[ROUTED_STATEMENTS];
 } ColocatedTable;
 
-extern ColocatedTable *dedup_colocated_table(Oid relid, const char *function);
+extern ColocatedTable *dedup_colocated_table(Oid relid);
 extern SPIPlanPtr dedup_routed_plan(ColocatedTable *table,
 									RoutedStatement kind);
 extern Datum dedup_route_value(ColocatedTable *table, text *route);

@@ -12,6 +12,8 @@
  *	  empty or an oversized key is an error, never a NULL answer or a key
  *	  cut short (dedup_check_not_null, dedup_check_key, dedup_batch_arg);
  * 2. the transaction: not in recovery, not read-only (dedup_claim_checks);
+ *	  a routed claim then checks the node, the Citus coordinator (a local
+ *	  claim's table lookup refuses a worker node itself, relations.c);
  * 3. the caller's right to claim for the consumer, dedup_consumer_roles
  *	  (dedup_claim_checks);
  * 4. the table it claims into, opened (a colocated records table found
