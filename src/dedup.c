@@ -20,7 +20,7 @@
 #include "utils/guc.h"
 
 #include "citus/citus.h"
-#include "claim/heartbeat.h"
+#include "claim/claim.h"
 #include "compat.h"
 #include "guc.h"
 #include "stats/claim_stats.h"

@@ -55,7 +55,6 @@
 
 #include "audit.h"
 #include "citus/citus.h"
-#include "citus/colocated.h"
 #include "citus/routed_plan.h"
 #include "claim/claim.h"
 #include "guc.h"

@@ -33,7 +33,6 @@
 #include "utils/varlena.h"
 
 #include "citus/citus.h"
-#include "citus/colocated.h"
 #include "compat.h"
 #include "tables/relations.h"
 

@@ -41,7 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "audit.h"
-#include "citus/colocated.h"
+#include "citus/citus.h"
 #include "retention/retention.h"
 #include "tables/relations.h"
 

@@ -35,7 +35,6 @@
 #include "utils/syscache.h"
 
 #include "citus/citus.h"
-#include "citus/colocated.h"
 #include "tables/relations.h"
 
 /* the columns of a records table, in this order */

@@ -30,7 +30,7 @@
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
-#include "citus/colocated.h"
+#include "citus/citus.h"
 #include "citus/routed_plan.h"
 #include "tables/relations.h"
 

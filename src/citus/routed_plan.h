@@ -2,7 +2,8 @@
  *
  * routed_plan.h
  *	  The statements of the routed claims, prepared per records table and
- *	  kept (routed_plan.c), for the routed entry points (colocated.c).
+ *	  kept (routed_plan.c), for the routed entry points (colocated.c): a
+ *	  header within citus/, whose interface is citus.h.
  *
  *-------------------------------------------------------------------------
  */

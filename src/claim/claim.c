@@ -31,7 +31,6 @@
 #include "utils/timeout.h"
 
 #include "claim/claim.h"
-#include "claim/claim_writer.h"
 #include "guc.h"
 #include "keys.h"
 #include "stats/claim_stats.h"

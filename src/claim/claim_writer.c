@@ -49,8 +49,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "claim/claim_writer.h"
-#include "claim/heartbeat.h"
+#include "claim/claim.h"
 #include "compat.h"
 
 /* SQLSTATE UD001: the same message id claimed with a different fingerprint */

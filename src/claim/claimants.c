@@ -24,7 +24,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "claim/claimants.h"
+#include "claim/claim.h"
 #include "compat.h"
 #include "guc.h"
 #include "tables/relations.h"

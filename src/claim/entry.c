@@ -39,7 +39,6 @@
 #include "utils/lsyscache.h"
 
 #include "claim/claim.h"
-#include "claim/claimants.h"
 #include "keys.h"
 
 /*

@@ -25,7 +25,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
-#include "claim/heartbeat.h"
+#include "claim/claim.h"
 
 typedef struct HeartbeatShared
 {

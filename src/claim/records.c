@@ -39,7 +39,6 @@
 
 #include "audit.h"
 #include "claim/claim.h"
-#include "claim/claimants.h"
 #include "compat.h"
 #include "keys.h"
 #include "tables/relations.h"

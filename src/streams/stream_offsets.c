@@ -65,7 +65,6 @@
 
 #include "audit.h"
 #include "claim/claim.h"
-#include "claim/claim_writer.h"
 #include "guc.h"
 #include "keys.h"
 #include "stats/claim_stats.h"

@@ -35,7 +35,6 @@
 
 #include "audit.h"
 #include "claim/claim.h"
-#include "claim/claimants.h"
 #include "compat.h"
 #include "keys.h"
 #include "streams/stream_offsets.h"

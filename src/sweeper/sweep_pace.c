@@ -32,7 +32,7 @@
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
-#include "claim/heartbeat.h"
+#include "claim/claim.h"
 #include "compat.h"
 #include "guc.h"
 #include "sweeper/sweep_pace.h"

@@ -93,7 +93,6 @@
 #include "utils/timestamp.h"
 
 #include "citus/citus.h"
-#include "citus/colocated.h"
 #include "compat.h"
 #include "guc.h"
 #include "retention/retention.h"
