@@ -8,7 +8,9 @@
  *
  * Both run SQL through SPI, as Citus's planner must reach every shard:
  * statements built from the table's quoted, qualified name, every function
- * and operator qualified.  Each table is swept and counted as its owner,
+ * and operator qualified.  This is how the records tables, distributed, are
+ * deleted from (here, and by dedup_forget_routed); the extension's own
+ * tables are deleted from by TID through their indexes (tid_delete.c).  Each table is swept and counted as its owner,
  * as VACUUM and REFRESH MATERIALIZED VIEW run as the table's owner: in a
  * security-restricted operation, with settings that end with it (a new GUC
  * nest level) and search_path pg_catalog, pg_temp; Citus connects to the
