@@ -3,7 +3,7 @@
 #
 #   1. The exporter, connected as a role that is only a member of
 #      pg_monitor (no privilege on any dedup table), runs every query of
-#      test/prometheus/dedup_queries.yaml without an error and exports the
+#      doc/examples/prometheus/dedup_queries.yaml without an error and exports the
 #      exact claim counters, records, backlog and sizes of known claims,
 #      claim and lock-wait times in seconds, failed claims by class;
 #      a consumer whose claims are not counted gets no counters (no NaN).
@@ -40,12 +40,12 @@ use Time::HiRes qw(time);
 
 my $exporter_bin = $ENV{POSTGRES_EXPORTER} // '/usr/bin/prometheus-postgres-exporter';
 my $promtool = $ENV{PROMTOOL} // '/usr/bin/promtool';
-my $queries = abs_path('test/prometheus/dedup_queries.yaml');
-my $alerts = 'test/prometheus/dedup_alerts.yml';
-my $alerts_test = 'test/prometheus/dedup_alerts_test.yml';
+my $queries = abs_path('doc/examples/prometheus/dedup_queries.yaml');
+my $alerts = 'doc/examples/prometheus/dedup_alerts.yml';
+my $alerts_test = 'doc/examples/prometheus/dedup_alerts_test.yml';
 
 require_tools(programs => [ $exporter_bin, $promtool ]);
-die "test/prometheus/dedup_queries.yaml not found: run me from the source directory\n"
+die "doc/examples/prometheus/dedup_queries.yaml not found: run me from the source directory\n"
   unless defined $queries && -r $queries;
 
 my @exporters;    # harnesses, killed at the end whatever happens
