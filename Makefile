@@ -33,8 +33,10 @@ OBJS = \
 	src/sweeper.o
 
 EXTENSION = dedup
-DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql \
-	sql/dedup--1.2--1.3.sql
+# the current version's script (a fresh install), 1.0's and the updates
+# (older versions, and every database on one)
+DATA = sql/dedup--1.3.sql sql/dedup--1.0.sql \
+	sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql sql/dedup--1.2--1.3.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
 REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated
