@@ -86,14 +86,14 @@ for my $file (sort @files)
 	open($fh, '>', $work) or die "$work: $!";
 	print $fh before($source);
 	close $fh;
-	my $errors = `$indent @options -U$typedefs $work 2>&1`;
+	my $errors = `$indent @options -U$typedefs $work $work.out 2>&1`;
 	if ($? || $errors ne '')
 	{
 		print STDERR "$file: pg_bsd_indent failed: $errors\n";
 		$failed++;
 		next;
 	}
-	open($fh, '<', $work) or die "$work: $!";
+	open($fh, '<', "$work.out") or die "$work.out: $!";
 	my $formatted = after(do { local $/; <$fh> });
 	close $fh;
 	next if $formatted eq $source;
