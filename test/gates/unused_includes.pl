@@ -1,15 +1,17 @@
 #!/usr/bin/perl
 #
 # test/gates/unused_includes.pl [--fix] [FILE.c...]: no #include that a .c
-# file of dedup does not need.  Each #include of each file (default: every
-# object of the Makefile's OBJS) is left out in turn, its line blanked so
-# that no line number moves, and the file compiled with the build's own
-# command (make -n, at -O0 and without -g); when that succeeds with the same warnings and
-# an object file identical to the one of the whole file, the #include is
-# not needed: listed as FILE:LINE, exit status 1.  --fix deletes them,
-# one after the other, each only if the file still compiles to the same
-# object without it and the ones deleted before it (of two that stand in
-# for each other, one stays).
+# file of dedup does not use.  Each #include of each file (default: every
+# object of the Makefile) is left out in turn, its line blanked so that no
+# line number moves, and the file compiled with the build's own command
+# (from make -n, at -O0 and without -g).  When that compiles with the same
+# warnings to an object file identical to the one of the whole file, and
+# the header is then no longer included at all (one that another header
+# still brings in may be used by the file, and the next PostgreSQL version
+# may not bring it in), the #include is not used: listed as FILE:LINE, exit
+# status 1.  --fix deletes them, one after the other, each only if the
+# file still compiles to the same object without it and the ones deleted
+# before it.
 #
 # Not tried: "postgres.h" (always first), an #include inside #if/#ifdef
 # (it is there for one version or configuration), and one whose line says
@@ -62,7 +64,7 @@ sub compile
 	close $fh;
 	my $dir = dirname($src);
 	# from standard input: the same name (<stdin>) in every object file
-	my $err = `$command{$src} -O0 -iquote $dir -x c -c -o $tmp/$name.o - <$in 2>&1`;
+	my $err = `$command{$src} -O0 -iquote $dir -MD -MF $tmp/$name.d -x c -c -o $tmp/$name.o - <$in 2>&1`;
 	my $ok = $? == 0;
 	$err =~ s/<stdin>/$src/g;
 	open($fh, '>', "$tmp/$name.err") or die $!;
@@ -120,7 +122,7 @@ sub candidates
 		$depth-- if /^\s*#\s*endif/;
 		next unless /^\s*#\s*include\s*[<"]([^>"]+)[>"]/;
 		next if $1 eq 'postgres.h' || $depth > 0 || m{/\*\s*keep:};
-		push @try, $i;
+		push @try, [ $i, $1 ];
 	}
 	return @try;
 }
@@ -132,7 +134,7 @@ for my $k (0 .. $#sources)
 	die "unused_includes.pl: $src is not built by the Makefile\n"
 	  unless $command{$src};
 	$text{$src} = slurp($src) // die "$src: $!";
-	push @jobs, map { [ $src, $k, $_ ] } candidates($text{$src});
+	push @jobs, map { [ $src, $k, @$_ ] } candidates($text{$src});
 }
 
 # each file whole, then each without one of its #includes
@@ -148,14 +150,15 @@ in_parallel(
   or exit 2;
 in_parallel(
 	map {
-		my ($src, $k, $line) = @$_;
+		my ($src, $k, $line, $header) = @$_;
 		sub {
 			my @lines = split /\n/, $text{$src}, -1;
 			$lines[$line] = '';
 			my $name = "try$k.$line";
 			if (   compile($src, join("\n", @lines), $name)
 				&& slurp("$tmp/$name.err") eq slurp("$tmp/base$k.err")
-				&& slurp("$tmp/$name.o") eq slurp("$tmp/base$k.o"))
+				&& slurp("$tmp/$name.o") eq slurp("$tmp/base$k.o")
+				&& slurp("$tmp/$name.d") !~ m{(?:^|[\s/])\Q$header\E(?:\s|$)})
 			{
 				open(my $fh, '>', "$tmp/$name.unused") or die $!;
 				close $fh;
@@ -209,9 +212,9 @@ if ($fix)
 for my $src (sort keys %unused)
 {
 	my @lines = split /\n/, $text{$src}, -1;
-	print "$src:" . ($_ + 1) . ": $lines[$_] is not needed\n" for @{ $unused{$src} };
+	print "$src:" . ($_ + 1) . ": $lines[$_] is not used\n" for @{ $unused{$src} };
 }
-printf STDERR "unused_includes.pl: %d #include lines of %d tried in %d files are not needed%s\n",
+printf STDERR "unused_includes.pl: %d #include lines of %d tried in %d files are not used%s\n",
   $count, scalar @jobs, scalar @sources, $fix ? ' (removed, but for any one that stood in for another)' : ''
   if $count;
 exit($count && !$fix ? 1 : 0);
