@@ -32,9 +32,9 @@ my ($fix, $typedefs) = (0, undef);
 while (@ARGV && $ARGV[0] =~ /^--/)
 {
 	my $opt = shift @ARGV;
-	if ($opt eq '--fix') { $fix = 1; }
+	if    ($opt eq '--fix')      { $fix = 1; }
 	elsif ($opt eq '--typedefs') { $typedefs = shift @ARGV; }
-	else { die "c_format.pl: unknown option $opt\n"; }
+	else                         { die "c_format.pl: unknown option $opt\n"; }
 }
 die "usage: c_format.pl [--fix] [--typedefs FILE] FILE|DIR...\n" unless @ARGV;
 
@@ -87,6 +87,7 @@ for my $file (sort @files)
 	print $fh before($source);
 	close $fh;
 	my $errors = `$indent @options -U$typedefs $work $work.out 2>&1`;
+
 	if ($? || $errors ne '')
 	{
 		print STDERR "$file: pg_bsd_indent failed: $errors\n";
@@ -109,7 +110,8 @@ for my $file (sort @files)
 		open($fh, '>', "$tmp/formatted") or die $!;
 		print $fh $formatted;
 		close $fh;
-		print `diff -u --label '$file' --label '$file (formatted)' '$file' '$tmp/formatted'`;
+		print
+		  `diff -u --label '$file' --label '$file (formatted)' '$file' '$tmp/formatted'`;
 	}
 }
 print STDERR "c_format.pl: $changed of "

@@ -18,7 +18,7 @@
 use strict;
 use warnings;
 
-my $fix = @ARGV && $ARGV[0] eq '--fix' ? shift @ARGV : 0;
+my $fix   = @ARGV && $ARGV[0] eq '--fix' ? shift @ARGV : 0;
 my $found = 0;
 
 # mask($source): the source with comments and the insides of string and
@@ -36,12 +36,12 @@ sub mask
 # one at $open, and of the first comma at its level (undef if none)
 sub close_of
 {
-	my ($m, $open) = @_;
+	my ($m,     $open)  = @_;
 	my ($depth, $comma) = (0, undef);
 	for my $i ($open .. length($m) - 1)
 	{
 		my $c = substr($m, $i, 1);
-		if ($c eq '(') { $depth++; }
+		if    ($c eq '(') { $depth++; }
 		elsif ($c eq ')') { return ($i, $comma) if --$depth == 0; }
 		elsif ($c eq ',' && $depth == 1 && !defined $comma) { $comma = $i; }
 	}
@@ -63,8 +63,9 @@ for my $file (@ARGV)
 		my $rest = substr($masked, $comma + 1, $close - $comma - 1);
 		next if $rest =~ /^\s*\(/ || $rest =~ /__VA_ARGS__/;
 		my ($lead) = $rest =~ /^(\s*)/;
-		my $line = 1 + (() = substr($source, 0, $open) =~ /\n/g);
-		print "$file:$line: ereport() without parentheses around its auxiliary calls\n"
+		my $line   = 1 + (() = substr($source, 0, $open) =~ /\n/g);
+		print
+		  "$file:$line: ereport() without parentheses around its auxiliary calls\n"
 		  unless $fix;
 		$found++;
 		push @edits, [ $comma + 1 + length($lead), '(' ], [ $close, ')' ];

@@ -22,6 +22,12 @@ while IFS= read -r -d '' f; do
 	cmp -s "$f" "$tmp/out" && continue
 	changed=$((changed + 1))
 	if [ -n "$fix" ]; then
+		# perltidy may need a second pass to reach what it leaves alone
+		for _ in 1 2; do
+			perltidy --profile="$top/.perltidyrc" --standard-error-output -o "$tmp/again" "$tmp/out"
+			cmp -s "$tmp/out" "$tmp/again" && break
+			mv "$tmp/again" "$tmp/out"
+		done
 		cat "$tmp/out" >"$f"
 	else
 		diff -u --label "$f" --label "$f (tidied)" "$f" "$tmp/out" || true

@@ -44,8 +44,7 @@ find(
 		wanted => sub { push @files, $File::Find::name if /\.[ch]\z/ && -f },
 		no_chdir => 1
 	},
-	$server,
-	@ARGV);
+	$server, @ARGV);
 
 my %names = map { $_ => 1 } @libc;
 for my $file (@files)
@@ -53,12 +52,14 @@ for my $file (@files)
 	open(my $fh, '<', $file) or die "$file: $!";
 	my $s = do { local $/; <$fh> };
 	close $fh;
+
 	# comments, literals, preprocessor lines (with their continuations)
 	$s =~ s{/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'}{ }gs;
 	$s =~ s{^[ \t]*#(?:[^\n]*\\\n)*[^\n]*}{}gm;
 	while ($s =~ /\btypedef\b/g)
 	{
 		my $start = pos($s);
+
 		# the declaration, up to its semicolon outside braces
 		my ($depth, $i) = (0, $start);
 		for (; $i < length $s; $i++)
@@ -66,10 +67,11 @@ for my $file (@files)
 			my $c = substr($s, $i, 1);
 			$depth++ if $c eq '{';
 			$depth-- if $c eq '}';
-			last if $c eq ';' && $depth == 0;
+			last     if $c eq ';' && $depth == 0;
 		}
 		my $decl = substr($s, $start, $i - $start);
 		pos($s) = $i;
+
 		# the declarators: after the last closing brace, if any
 		$decl =~ s/^.*\}//s;
 		if ($decl =~ /\(\s*\*\s*(\w+)\s*\)\s*\(/)

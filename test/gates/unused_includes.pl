@@ -26,13 +26,13 @@
 use strict;
 use warnings;
 
-use Cwd qw(abs_path);
+use Cwd            qw(abs_path);
 use File::Basename qw(dirname);
-use File::Temp qw(tempdir);
+use File::Temp     qw(tempdir);
 use FindBin;
 
-my $top = abs_path("$FindBin::Bin/../..");
-my $fix = @ARGV && $ARGV[0] eq '--fix' ? shift @ARGV : 0;
+my $top       = abs_path("$FindBin::Bin/../..");
+my $fix       = @ARGV && $ARGV[0] eq '--fix' ? shift @ARGV : 0;
 my $pg_config = $ENV{PG_CONFIG} // 'pg_config';
 chomp(my $jobs = $ENV{DEDUP_GATE_JOBS} // `nproc` // 2);
 $jobs ||= 2;
@@ -63,8 +63,10 @@ sub compile
 	print $fh $text;
 	close $fh;
 	my $dir = dirname($src);
+
 	# from standard input: the same name (<stdin>) in every object file
-	my $err = `$command{$src} -O0 -iquote $dir -MD -MF $tmp/$name.d -x c -c -o $tmp/$name.o - <$in 2>&1`;
+	my $err =
+	  `$command{$src} -O0 -iquote $dir -MD -MF $tmp/$name.d -x c -c -o $tmp/$name.o - <$in 2>&1`;
 	my $ok = $? == 0;
 	$err =~ s/<stdin>/$src/g;
 	open($fh, '>', "$tmp/$name.err") or die $!;
@@ -145,9 +147,8 @@ in_parallel(
 			compile($src, $text{$src}, "base$k")
 			  or print STDERR "unused_includes.pl: $src does not compile:\n"
 			  . slurp("$tmp/base$k.err");
-		  }
-	} 0 .. $#sources)
-  or exit 2;
+		}
+	} 0 .. $#sources) or exit 2;
 in_parallel(
 	map {
 		my ($src, $k, $line, $header) = @$_;
@@ -165,7 +166,7 @@ in_parallel(
 			}
 			unlink "$tmp/$name.o";
 			return 1;
-		  }
+		}
 	} @jobs);
 
 my (%unused, $count);
@@ -176,6 +177,7 @@ for my $job (@jobs)
 	push @{ $unused{$src} }, $line;
 	$count++;
 }
+
 # --fix: per file, the lines listed dropped one after the other, each only
 # if the file without it and the ones dropped before it still compiles to
 # the same object (two that stand in for each other: one stays)
@@ -184,7 +186,7 @@ if ($fix)
 	in_parallel(
 		map {
 			my $src = $_;
-			my $k = (grep { $sources[$_] eq $src } 0 .. $#sources)[0];
+			my $k   = (grep { $sources[$_] eq $src } 0 .. $#sources)[0];
 			sub {
 				my @lines = split /\n/, $text{$src}, -1;
 				my @dropped;
@@ -203,18 +205,22 @@ if ($fix)
 				my %drop = map { $_ => 1 } @dropped;
 				my @orig = split /\n/, $text{$src}, -1;
 				open(my $fh, '>', $src) or die "$src: $!";
-				print $fh join("\n", map { $orig[$_] } grep { !$drop{$_} } 0 .. $#orig);
+				print $fh join("\n",
+					map { $orig[$_] } grep { !$drop{$_} } 0 .. $#orig);
 				close $fh;
 				return 1;
-			  }
+			}
 		} sort keys %unused);
 }
 for my $src (sort keys %unused)
 {
 	my @lines = split /\n/, $text{$src}, -1;
-	print "$src:" . ($_ + 1) . ": $lines[$_] is not used\n" for @{ $unused{$src} };
+	print "$src:" . ($_ + 1) . ": $lines[$_] is not used\n"
+	  for @{ $unused{$src} };
 }
-printf STDERR "unused_includes.pl: %d #include lines of %d tried in %d files are not used%s\n",
-  $count, scalar @jobs, scalar @sources, $fix ? ' (removed, but for any one that stood in for another)' : ''
+printf STDERR
+  "unused_includes.pl: %d #include lines of %d tried in %d files are not used%s\n",
+  $count, scalar @jobs, scalar @sources,
+  $fix ? ' (removed, but for any one that stood in for another)' : ''
   if $count;
 exit($count && !$fix ? 1 : 0);

@@ -234,9 +234,9 @@ SQL
 # a key twice in a part gets its values joined
 sub snapshot
 {
-	my ($db) = @_;
+	my ($db)  = @_;
 	my $known = '{' . join(',', @known_classes) . '}';
-	my $out = $node->safe_psql($db, "\\set known '$known'\n$snapshot");
+	my $out   = $node->safe_psql($db, "\\set known '$known'\n$snapshot");
 	my %parts;
 	for my $row (split /\x1e/, $out)
 	{
@@ -253,8 +253,7 @@ sub snapshot
 sub render
 {
 	my ($part) = @_;
-	return join '',
-	  map { my $v = $part->{$_}; $v =~ s/^/    /mg; "$_\n$v\n" }
+	return join '', map { my $v = $part->{$_}; $v =~ s/^/    /mg; "$_\n$v\n" }
 	  sort keys %$part;
 }
 
@@ -272,23 +271,32 @@ sub unified_diff
 	my ($stdout, $stderr);
 	IPC::Run::run(
 		[
-			'diff', '-u', '--label', "fresh install of $current",
-			'--label', $path, "$dir/a", "$dir/b"
+			'diff',    '-u',  '--label', "fresh install of $current",
+			'--label', $path, "$dir/a",  "$dir/b"
 		],
-		'>', \$stdout, '2>', \$stderr);
+		'>',
+		\$stdout,
+		'2>',
+		\$stderr);
 	return $stdout . $stderr;
 }
 
 # the fresh install, from the current script alone
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
-$node->safe_psql('fresh', 'CREATE EXTENSION dedup');
-is($node->safe_psql('fresh', q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
-	$current, "a fresh install is $current");
+$node->safe_psql('fresh',    'CREATE EXTENSION dedup');
+is( $node->safe_psql(
+		'fresh',
+		q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
+	$current,
+	"a fresh install is $current");
 my $fresh = snapshot('fresh');
 ok(scalar keys %{ $fresh->{members} }, 'the fresh install has members')
   or BAIL_OUT('nothing to compare');
 is_deeply(
-	[ grep { /^of a kind not compared here/ } sort keys %{ $fresh->{members} } ],
+	[
+		grep { /^of a kind not compared here/ }
+		sort keys %{ $fresh->{members} }
+	],
 	[],
 	'every member is of a kind this test compares in detail (pg_class, pg_proc, pg_type, pg_event_trigger)'
 );
@@ -313,7 +321,8 @@ SELECT string_agg(o.object, chr(30)) FROM (
 	  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'dedup'
 	 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e') o};
 my $script = slurp_file("$top/sql/dedup--$current.sql");
-my @listed = $script =~ /^\s*'((?:table|view|index|type|function) [^' ]+)',?$/mg;
+my @listed =
+  $script =~ /^\s*'((?:table|view|index|type|function) [^' ]+)',?$/mg;
 my $listed_q = q{
 SELECT string_agg(COALESCE(pg_describe_object(l.classid, l.objid, 0), 'not created: ' || l.object),
 				  chr(30))
@@ -330,20 +339,25 @@ SELECT string_agg(COALESCE(pg_describe_object(l.classid, l.objid, 0), 'not creat
 							   split_part(n.object, ' ', 2) AS name) w,
 			   LATERAL (SELECT format('%I.%s', e.extnamespace::regnamespace, w.name) AS name) q
 		 WHERE e.extname = 'dedup') l};
-$node->safe_psql('postgres', 'CREATE DATABASE install_1_0');
+$node->safe_psql('postgres',    'CREATE DATABASE install_1_0');
 $node->safe_psql('install_1_0', q{CREATE EXTENSION dedup VERSION '1.0'});
-my %of_1_0 = map { $_ => 1 } split /\x1e/, $node->safe_psql('install_1_0', $created);
+my %of_1_0 = map { $_ => 1 } split /\x1e/,
+  $node->safe_psql('install_1_0', $created);
 my $listed_array = '{' . join(',', map { qq{"$_"} } @listed) . '}';
-my %guarded = map { $_ => 1 } split /\x1e/,
+my %guarded      = map { $_ => 1 } split /\x1e/,
   $node->safe_psql('fresh', "\\set listed '$listed_array'\n$listed_q");
 my %new = map { $_ => 1 } grep { !$of_1_0{$_} } split /\x1e/,
   $node->safe_psql('fresh', $created);
 my @unguarded = sort grep { !$guarded{$_} } keys %new;
-my @stray = sort grep { !$new{$_} } keys %guarded;
-ok(!@unguarded && !@stray,
+my @stray     = sort grep { !$new{$_} } keys %guarded;
+ok( !@unguarded && !@stray,
 	"the guard of dedup--$current.sql names what it creates and 1.0 did not")
-  or diag(join("\n", (map { "not in the guard: $_" } @unguarded),
-		(map { "in the guard, but not created or created by 1.0: $_" } @stray)));
+  or diag(
+	join(
+		"\n",
+		(map { "not in the guard: $_" } @unguarded),
+		(   map { "in the guard, but not created or created by 1.0: $_" }
+			  @stray)));
 
 # every path from an older version
 for my $from (@older)
@@ -351,16 +365,20 @@ for my $from (@older)
 	(my $db = "from_$from") =~ s/\W/_/g;
 	my $path = "$from, updated to $current";
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
-	$node->safe_psql($db, "CREATE EXTENSION dedup VERSION '$from'");
-	$node->safe_psql($db, 'ALTER EXTENSION dedup UPDATE');
-	is($node->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
-		$current, "$path: the version is $current");
+	$node->safe_psql($db,        "CREATE EXTENSION dedup VERSION '$from'");
+	$node->safe_psql($db,        'ALTER EXTENSION dedup UPDATE');
+	is( $node->safe_psql(
+			$db,
+			q{SELECT extversion FROM pg_extension WHERE extname = 'dedup'}),
+		$current,
+		"$path: the version is $current");
 	my $updated = snapshot($db);
-	my %parts = map { $_ => 1 } keys %$fresh, keys %$updated;
+	my %parts   = map { $_ => 1 } keys %$fresh, keys %$updated;
+
 	for my $part (sort keys %parts)
 	{
-		my $want = render($fresh->{$part} // {});
-		my $got = render($updated->{$part} // {});
+		my $want = render($fresh->{$part}   // {});
+		my $got  = render($updated->{$part} // {});
 		ok($got eq $want, "$path: $part as in a fresh install")
 		  or diag(unified_diff($want, $got, $path));
 	}
