@@ -201,8 +201,9 @@ Until $n of them: true, or false after the timeout.
 
 =item $node->log_entries($offset, $re)
 
-Entries (a line and its continuation lines) matching $re, but for the
-echo of statements and their STATEMENT lines.
+Entries (a line and its continuation lines, and its CONTEXT line: a
+sweeper's names its database) matching $re, but for the echo of
+statements and their STATEMENT lines.
 
 =item $node->log_problems($offset)
 
@@ -558,11 +559,18 @@ sub log_entries
 {
 	my ($self, $offset, $re) = @_;
 	my @entries;
+	my $pid = '';
 	for my $line (split /\n/, $self->log_since($offset))
 	{
-		if ($line =~ /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d/ || !@entries)
+		if ($line =~ /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S* \S+ \[(\d+)\] (?:\S+ )?CONTEXT:  /
+			&& $1 eq $pid)
+		{
+			$entries[-1] .= "\n$line";
+		}
+		elsif ($line =~ /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d/ || !@entries)
 		{
 			push @entries, $line;
+			$pid = $line =~ /^\S+ \S+ \S+ \[(\d+)\]/ ? $1 : '';
 		}
 		else
 		{
