@@ -24,8 +24,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "stats/claim_stats.h"
-#include "sweeper/launcher.h"
-#include "sweeper/sweeper_state.h"
+#include "sweeper/sweeper.h"
 
 DEDUP_MODULE_MAGIC("dedup", "1.3");
 
