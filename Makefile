@@ -30,11 +30,14 @@ OBJS = \
 	src/sweeper_state.o \
 	src/claim_stats.o \
 	src/launcher.o \
-	src/sweeper.o
+	src/sweeper.o \
+	src/outbox/origin.o \
+	src/outbox/publish.o \
+	src/outbox/maintain.o
 
 EXTENSION = dedup
 DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql \
-	sql/dedup--1.2--1.3.sql
+	sql/dedup--1.2--1.3.sql sql/dedup--1.3--1.4.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 
 REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated
