@@ -15,7 +15,10 @@
  * call only pg_catalog's operators, and are prepared again when the
  * extension or its schema changes.  The row is written with INSERT ... ON
  * CONFLICT (message_id) DO NOTHING: a message whose id is there already
- * (the same incoming message handled again) is not written twice.
+ * (the same incoming message handled again) is not written twice.  What a
+ * superuser adds to the table acts as it says (a trigger, row security
+ * forced on its owner, another unique index raise their errors), but for a
+ * rule, which could discard messages silently: refused.
  *
  * In WAL mode the message is a transactional logical decoding message with
  * the prefix "dedup" (what pg_logical_emit_message(true, 'dedup', ...)
@@ -28,6 +31,7 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/table.h"
 #include "access/xlog.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
@@ -44,6 +48,7 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/syscache.h"
 
 #include "compat.h"
@@ -180,6 +185,27 @@ publish_plans(const DedupRelations *rels)
 	pfree(sql.data);
 	plans.extension = rels->extension;
 	return true;
+}
+
+/*
+ * Refuse to write through a rule on dedup_outbox: one that rewrote the
+ * INSERT into nothing would lose every message silently (and leave the
+ * kept plan with nothing to depend on, so it stayed so after the rule was
+ * dropped).  Locked as the INSERT locks it.
+ */
+static void
+publish_check_rules(Oid outbox)
+{
+	Relation	rel = table_open(outbox, RowExclusiveLock);
+
+	if (rel->rd_rules != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s\" of extension \"dedup\" has rules",
+						RelationGetRelationName(rel)),
+				 errdetail("dedup_publish() does not write through rules: one could discard messages."),
+				 errhint("Drop the rules of the table.")));
+	table_close(rel, NoLock);
 }
 
 /*
@@ -358,6 +384,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 		publish_wal(id, destination, payload, key, headers);
 	else
 	{
+		publish_check_rules(plans.outbox);
 		args[0] = CStringGetTextDatum(id);
 		args[1] = PointerGetDatum(destination);
 		args[2] = PointerGetDatum(key);
