@@ -44,7 +44,9 @@ SELECT dedup_publish('orders', 'x');
 SELECT dedup_add_destination('orders');
 SELECT dedup_add_destination('audit', 'table');
 SELECT dedup_add_destination('events', 'wal');
+\set VERBOSITY terse
 SELECT dedup_add_destination('bad', 'kafka');
+\set VERBOSITY default
 \echo :LAST_ERROR_SQLSTATE
 SELECT destination, mode FROM dedup_outbox_destinations ORDER BY 1;
 
