@@ -1,5 +1,5 @@
 #
-# 080_outbox.pl: the outbox where pg_regress cannot reach it (sql/outbox.sql
+# 081_outbox.pl: the outbox where pg_regress cannot reach it (sql/outbox.sql
 # has the rest).
 #
 # One node with dedup preloaded, wal_level logical, sweeps on request.
