@@ -414,7 +414,8 @@ END;
 
 /*
  * dedup_outbox_release(relay, seqs): give the leases of seqs back now (the
- * broker is down), rather than let them expire; returns how many.
+ * broker is down), rather than let them expire, or every lease of relay
+ * for seqs NULL (a relay starting again under its name); returns how many.
  */
 CREATE FUNCTION @extschema@.dedup_outbox_release(relay text, seqs bigint[])
 RETURNS bigint
@@ -425,7 +426,8 @@ BEGIN ATOMIC
 	WITH released AS (
 		UPDATE @extschema@.dedup_outbox o
 		   SET lease_until = NULL::pg_catalog.timestamptz
-		 WHERE o.seq OPERATOR(pg_catalog.=) ANY (dedup_outbox_release.seqs)
+		 WHERE (dedup_outbox_release.seqs IS NULL
+				OR o.seq OPERATOR(pg_catalog.=) ANY (dedup_outbox_release.seqs))
 		   AND o.sent_at IS NULL
 		   AND o.lease_holder OPERATOR(pg_catalog.=) dedup_outbox_release.relay
 		   AND o.lease_until IS NOT NULL

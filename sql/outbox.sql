@@ -247,6 +247,9 @@ SELECT seq, payload FROM dedup.dedup_outbox_lease('relay-c');
 -- released leases are leasable again, with one more attempt
 SELECT dedup.dedup_outbox_release('relay-b', ARRAY[2, 4, 5]::bigint[]) AS released;
 SELECT seq, payload, attempts FROM dedup.dedup_outbox_lease('relay-c');
+-- a relay starting again gives back every lease it holds
+SELECT dedup.dedup_outbox_release('relay-c', NULL) AS released_all;
+SELECT seq, attempts FROM dedup.dedup_outbox_lease('relay-c');
 -- an expired lease is leasable again
 SELECT seq FROM dedup.dedup_outbox_lease('relay-c', 10, '1 microsecond');
 RESET ROLE;
