@@ -229,28 +229,24 @@ Datum
 dedup_outbox_audit_resend(PG_FUNCTION_ARGS)
 {
 	char	   *message_id;
+	char	   *who;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("argument \"message_id\" of dedup_outbox_resend must not be null")));
 	message_id = dedup_quote_literal(text_to_cstring(PG_GETARG_TEXT_PP(0)));
-	if (PG_ARGISNULL(1))
-		ereport(LOG,
-				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
-				 errhidestmt(true),
-				 errmsg("dedup audit: role %s (session user %s) found no sent outbox message with id %s to send again",
-						dedup_quote_literal(GetUserNameFromId(GetOuterUserId(), false)),
-						dedup_quote_literal(GetUserNameFromId(GetSessionUserId(), false)),
-						message_id)));
-	else
-		ereport(LOG,
-				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
-				 errhidestmt(true),
-				 errmsg("dedup audit: role %s (session user %s) made outbox message id %s (seq %lld) unsent again in transaction %u",
-						dedup_quote_literal(GetUserNameFromId(GetOuterUserId(), false)),
-						dedup_quote_literal(GetUserNameFromId(GetSessionUserId(), false)),
-						message_id, (long long) PG_GETARG_INT64(1),
-						GetTopTransactionId())));
+	who = psprintf("role %s (session user %s)",
+				   dedup_quote_literal(GetUserNameFromId(GetOuterUserId(), false)),
+				   dedup_quote_literal(GetUserNameFromId(GetSessionUserId(), false)));
+	ereport(LOG,
+			(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+			 errhidestmt(true),
+			 PG_ARGISNULL(1) ?
+			 errmsg("dedup audit: %s found no sent outbox message with id %s to send again",
+					who, message_id) :
+			 errmsg("dedup audit: %s made outbox message id %s (seq %lld) unsent again in transaction %u",
+					who, message_id, (long long) PG_GETARG_INT64(1),
+					GetTopTransactionId())));
 	PG_RETURN_BOOL(!PG_ARGISNULL(1));
 }

@@ -117,6 +117,24 @@ dedup_outbox_check_name(const char *function, const char *argname,
 						   len, max_bytes)));
 }
 
+/*
+ * Raise the error of dedup_publish() for a payload or headers (argument
+ * argname) larger than dedup.outbox_max_payload, measured without
+ * detoasting.
+ */
+static void
+publish_check_size(const char *argname, Datum value)
+{
+	Size		len = toast_raw_datum_size(value) - VARHDRSZ;
+
+	if (len > (Size) dedup_outbox_max_payload)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" of dedup_publish is too long", argname),
+				 errdetail("It is %zu bytes; dedup.outbox_max_payload is %d bytes.",
+						   len, dedup_outbox_max_payload)));
+}
+
 /* Prepare and keep a plan of sql, or raise SPI's error */
 static SPIPlanPtr
 publish_prepare(const char *sql, int nargs, Oid *argtypes)
@@ -315,13 +333,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("argument \"payload\" of dedup_publish must not be null")));
-	if (toast_raw_datum_size(PG_GETARG_DATUM(1)) - VARHDRSZ > (Size) dedup_outbox_max_payload)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"payload\" of dedup_publish is too long"),
-				 errdetail("It is %zu bytes; dedup.outbox_max_payload is %d bytes.",
-						   toast_raw_datum_size(PG_GETARG_DATUM(1)) - VARHDRSZ,
-						   dedup_outbox_max_payload)));
+	publish_check_size("payload", PG_GETARG_DATUM(1));
 	if (!PG_ARGISNULL(2))
 	{
 		dedup_outbox_check_name("dedup_publish", "key", PG_GETARG_DATUM(2),
@@ -330,13 +342,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(3))
 	{
-		if (toast_raw_datum_size(PG_GETARG_DATUM(3)) - VARHDRSZ > (Size) dedup_outbox_max_payload)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"headers\" of dedup_publish is too long"),
-					 errdetail("It is %zu bytes; dedup.outbox_max_payload is %d bytes.",
-							   toast_raw_datum_size(PG_GETARG_DATUM(3)) - VARHDRSZ,
-							   dedup_outbox_max_payload)));
+		publish_check_size("headers", PG_GETARG_DATUM(3));
 		headers = PG_GETARG_JSONB_P(3);
 		if (JB_ROOT_IS_SCALAR(headers) || !JB_ROOT_IS_OBJECT(headers))
 			ereport(ERROR,

@@ -15,6 +15,10 @@
 #      dedup.outbox_retention, in batches of dedup.sweep_batch_size, counted
 #      in dedup_sweeper; unsent messages stay however old, and so do sent
 #      ones within the window; dedup.outbox_retention = -1 keeps them all.
+#   3. dedup_outbox_resend() as an operator's role: the audit line names
+#      the role outside the SECURITY DEFINER function and the session user,
+#      the message id as a literal that cannot break the line, the seq and
+#      the transaction; a second call finds nothing sent and says so.
 #
 use strict;
 use warnings;
@@ -130,5 +134,32 @@ is($node->safe_psql('postgres', 'SELECT total_rows_deleted FROM dedup_sweeper') 
 	5, 'dedup_sweeper counts them');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dedup_outbox_backlog WHERE destination = 'q' AND unsent = 3}),
 	'1', 'dedup_outbox_backlog: 3 unsent');
+
+###############################################################################
+note('3. the audited resend');
+
+$node->safe_psql('postgres', q{
+CREATE ROLE outbox_ops LOGIN;
+GRANT USAGE ON SCHEMA dedup TO outbox_ops;
+GRANT EXECUTE ON FUNCTION dedup.dedup_outbox_resend(text) TO outbox_ops;
+UPDATE dedup_outbox SET message_id = E'evil\nLOG:  forged', sent_at = now() WHERE seq = 7;
+});
+my $offset = -s $node->logfile;
+is( $node->safe_psql('postgres',
+		q{SELECT dedup_outbox_resend(E'evil\nLOG:  forged'), dedup_outbox_resend(E'evil\nLOG:  forged')},
+		extra_params => [ '-U', 'outbox_ops' ]),
+	't|f', 'resent once; the second call finds it unsent');
+ok( $node->wait_log_count(
+		$offset,
+		qr/dedup audit: role 'outbox_ops' \(session user 'outbox_ops'\) made outbox message id E'evil\\nLOG:  forged' \(seq 7\) unsent again in transaction \d+/,
+		1),
+	'the resend is in the server log, with the id quoted on one line');
+ok( $node->wait_log_count(
+		$offset,
+		qr/dedup audit: role 'outbox_ops' \(session user 'outbox_ops'\) found no sent outbox message with id E'evil\\nLOG:  forged' to send again/,
+		1),
+	'so is the call that found nothing');
+is($node->safe_psql('postgres', 'SELECT sent_at IS NULL, lease_holder IS NULL FROM dedup_outbox WHERE seq = 7'),
+	't|t', 'the message is unsent, without a lease');
 
 done_testing();
