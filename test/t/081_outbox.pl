@@ -19,6 +19,9 @@
 #      the role outside the SECURITY DEFINER function and the session user,
 #      the message id as a literal that cannot break the line, the seq and
 #      the transaction; a second call finds nothing sent and says so.
+#   4. pg_dump and pg_restore: the destinations, the mapping and the unsent
+#      messages are restored, the sent ones are not, and seq goes on past
+#      the restored messages.
 #
 use strict;
 use warnings;
@@ -161,5 +164,33 @@ ok( $node->wait_log_count(
 	'so is the call that found nothing');
 is($node->safe_psql('postgres', 'SELECT sent_at IS NULL, lease_holder IS NULL FROM dedup_outbox WHERE seq = 7'),
 	't|t', 'the message is unsent, without a lease');
+
+###############################################################################
+note('4. pg_dump and pg_restore');
+
+my $tmpdir = PostgreSQL::Test::Utils::tempdir;
+my @conn = ('-h', $node->host, '-p', $node->port);
+$node->safe_psql('postgres', q{
+CREATE ROLE publisher;
+SELECT dedup_allow_publisher('q', 'publisher');
+CREATE DATABASE restored;
+});
+command_ok([ 'pg_dump', @conn, '-Fc', '-f', "$tmpdir/outbox.dump", 'postgres' ],
+	'pg_dump -Fc');
+command_ok(
+	[ 'pg_restore', @conn, '--exit-on-error', '-d', 'restored', "$tmpdir/outbox.dump" ],
+	'pg_restore');
+is( $node->safe_psql('restored', q{
+SET search_path = dedup;
+SELECT (SELECT string_agg(destination || ':' || mode, ',' ORDER BY destination) FROM dedup_outbox_destinations),
+	   (SELECT string_agg(destination || ':' || publisher, ',') FROM dedup_outbox_publishers),
+	   (SELECT string_agg(seq || ':' || payload, ',' ORDER BY seq) FROM dedup_outbox)}),
+	'events:wal,q:table|q:publisher|7:m7,8:m8,9:m9',
+	'restored: the destinations, the mapping, the unsent messages (not the sent one)');
+is( $node->safe_psql('restored', q{
+SET search_path = dedup;
+SELECT dedup_publish('q', 'after the restore') IS NOT NULL;
+SELECT max(seq) > 9 FROM dedup_outbox}),
+	"t\nt", 'a publish after the restore takes a seq past the restored ones');
 
 done_testing();
