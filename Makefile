@@ -46,7 +46,7 @@ ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters claim-many try-claim \
 	sweep-lock claimant-map try-claim-arbiters \
 	stream-read-committed stream-repeatable-read stream-rebalance \
-	claim-invalidation forget-beside-claim outbox-lease
+	claim-invalidation forget-beside-claim outbox-lease outbox-destinations
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1

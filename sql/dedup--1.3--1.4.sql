@@ -149,6 +149,32 @@ CREATE TABLE @extschema@.dedup_outbox_publishers (
 	publisher regrole NOT NULL,
 	CONSTRAINT dedup_outbox_publishers_pkey PRIMARY KEY (destination, publisher)
 );
+/*
+ * Every backend keeps the destinations it publishes to (outbox/publish.c):
+ * a change of either table must reach them however it is made.  The
+ * function of dedup_consumer_roles' triggers invalidates the relcache
+ * entry of its table, which empties their caches; ENABLE ALWAYS, for each
+ * row and for TRUNCATE, as there.
+ */
+CREATE TRIGGER dedup_outbox_destinations_changed
+	AFTER INSERT OR UPDATE OR DELETE ON @extschema@.dedup_outbox_destinations
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+CREATE TRIGGER dedup_outbox_destinations_truncated
+	AFTER TRUNCATE ON @extschema@.dedup_outbox_destinations
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+CREATE TRIGGER dedup_outbox_publishers_changed
+	AFTER INSERT OR UPDATE OR DELETE ON @extschema@.dedup_outbox_publishers
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+CREATE TRIGGER dedup_outbox_publishers_truncated
+	AFTER TRUNCATE ON @extschema@.dedup_outbox_publishers
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+ALTER TABLE @extschema@.dedup_outbox_destinations
+	ENABLE ALWAYS TRIGGER dedup_outbox_destinations_changed,
+	ENABLE ALWAYS TRIGGER dedup_outbox_destinations_truncated;
+ALTER TABLE @extschema@.dedup_outbox_publishers
+	ENABLE ALWAYS TRIGGER dedup_outbox_publishers_changed,
+	ENABLE ALWAYS TRIGGER dedup_outbox_publishers_truncated;
+
 COMMENT ON TABLE @extschema@.dedup_outbox_publishers IS
 	'dedup: which roles may publish to a destination; a destination without a row is open to every role with EXECUTE on dedup_publish';
 SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass,

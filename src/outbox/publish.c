@@ -11,7 +11,12 @@
  * for the caller, then the destination is read and the row written through
  * SPI as the owner of dedup_outbox, in a security-restricted operation (as
  * REFRESH MATERIALIZED VIEW runs as a view's owner), with two plans kept
- * for the backend's life.  Their statements name the extension's schema,
+ * for the backend's life.  Each backend keeps the destinations it has
+ * published to, with their mode and publishers: every change of
+ * dedup_outbox_destinations or dedup_outbox_publishers invalidates their
+ * relcache entries (row and TRUNCATE triggers that fire always, the
+ * function of dedup_consumer_roles' triggers), which empties the cache,
+ * so a change applies to the transactions that start after it commits.  Their statements name the extension's schema,
  * call only pg_catalog's operators, and are prepared again when the
  * extension or its schema changes.  The row is written with INSERT ... ON
  * CONFLICT (message_id) DO NOTHING: a message whose id is there already
@@ -36,6 +41,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -47,8 +53,11 @@
 #include "utils/inval.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "compat.h"
@@ -73,18 +82,51 @@ typedef struct PublishPlans
 {
 	Oid			extension;
 	Oid			outbox;			/* dedup_outbox */
+	Oid			destinations;	/* dedup_outbox_destinations */
+	Oid			publishers;		/* dedup_outbox_publishers */
 	SPIPlanPtr	lookup;			/* a destination's mode and publishers */
 	SPIPlanPtr	insert;			/* a row of dedup_outbox */
 } PublishPlans;
 
 static PublishPlans plans;
-static bool plans_callback = false;
+static bool plans_callbacks = false;
+
+/* A destination as this backend last read it (the cache's entries) */
+typedef struct Destination
+{
+	char		name[DEDUP_OUTBOX_MAX_NAME_BYTES + 1];	/* the key */
+	bool		wal;			/* mode 'wal' */
+	int			npublishers;
+	Oid		   *publishers;		/* in destinations_context */
+} Destination;
+
+static HTAB *destinations = NULL;
+static MemoryContext destinations_context = NULL;
+
+/* Forget every destination read */
+static void
+publish_destinations_reset(void)
+{
+	if (destinations_context != NULL)
+		MemoryContextReset(destinations_context);
+	destinations = NULL;
+}
 
 /* A schema changed (renamed, dropped): prepare the plans again */
 static void
 publish_plans_reset(Datum arg, int cacheid, uint32 hashvalue)
 {
 	plans.extension = InvalidOid;
+	publish_destinations_reset();
+}
+
+/* A destination or its mapping changed (or every relation: InvalidOid) */
+static void
+publish_destinations_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == plans.destinations ||
+		relid == plans.publishers)
+		publish_destinations_reset();
 }
 
 /*
@@ -165,10 +207,14 @@ publish_plans(const DedupRelations *rels)
 		SearchSysCacheExists1(RELOID, ObjectIdGetDatum(plans.outbox)))
 		return true;
 
-	if (!plans_callback)
+	if (!plans_callbacks)
 	{
 		CacheRegisterSyscacheCallback(NAMESPACEOID, publish_plans_reset, (Datum) 0);
-		plans_callback = true;
+		CacheRegisterRelcacheCallback(publish_destinations_invalidate, (Datum) 0);
+		destinations_context = AllocSetContextCreate(CacheMemoryContext,
+													 "dedup outbox destinations",
+													 ALLOCSET_SMALL_SIZES);
+		plans_callbacks = true;
 	}
 	if (plans.lookup != NULL)
 		SPI_freeplan(plans.lookup);
@@ -176,9 +222,13 @@ publish_plans(const DedupRelations *rels)
 		SPI_freeplan(plans.insert);
 	plans.lookup = plans.insert = NULL;
 	plans.extension = InvalidOid;
+	publish_destinations_reset();
 
 	plans.outbox = dedup_member_table("dedup_outbox");
-	if (!OidIsValid(plans.outbox))
+	plans.destinations = dedup_member_table("dedup_outbox_destinations");
+	plans.publishers = dedup_member_table("dedup_outbox_publishers");
+	if (!OidIsValid(plans.outbox) || !OidIsValid(plans.destinations) ||
+		!OidIsValid(plans.publishers))
 		return false;
 	nspname = quote_identifier(get_namespace_name(rels->schema));
 
@@ -227,26 +277,21 @@ publish_check_rules(Oid outbox)
 }
 
 /*
- * May user publish to destination, mapped to the roles publishers (an
- * array of OIDs)?  When the destination is mapped, only members of one of
- * them may; a role that was dropped maps nothing.
+ * May user publish to destination, mapped to the nroles roles publishers?
+ * When the destination is mapped, only members of one of them may; a role
+ * that was dropped maps nothing.
  */
 static void
-publish_check_publisher(Oid user, text *destination, Datum publishers)
+publish_check_publisher(Oid user, text *destination, const Oid *publishers,
+						int nroles)
 {
-	ArrayType  *array = DatumGetArrayTypeP(publishers);
-	Datum	   *roles;
-	bool	   *nulls;
-	int			nroles;
 	bool		mapped = false;
 
-	deconstruct_array(array, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-					  &roles, &nulls, &nroles);
 	for (int i = 0; i < nroles; i++)
 	{
-		if (nulls[i] || !SearchSysCacheExists1(AUTHOID, roles[i]))
+		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(publishers[i])))
 			continue;
-		if (has_privs_of_role(user, DatumGetObjectId(roles[i])))
+		if (has_privs_of_role(user, publishers[i]))
 			return;
 		mapped = true;
 	}
@@ -258,6 +303,90 @@ publish_check_publisher(Oid user, text *destination, Datum publishers)
 					GetUserNameFromId(user, false), text_to_cstring(destination)),
 			 errdetail("Only roles mapped to the destination in dedup_outbox_publishers may."),
 			 errhint("A superuser can map the destination to a role with dedup_allow_publisher().")));
+}
+
+/*
+ * The destination, from this backend's cache or read (connected to SPI, as
+ * the owner of the tables) and kept; raises its error if there is none, or
+ * if user may not publish to it.  Read with a snapshot taken after both
+ * tables are locked: every change that this snapshot cannot see has yet to
+ * send its invalidation, which will empty the cache.  Returns whether it
+ * is in WAL mode.
+ */
+static bool
+publish_destination(Oid user, text *destination)
+{
+	char		name[DEDUP_OUTBOX_MAX_NAME_BYTES + 1] = {0};
+	Destination *entry;
+	Snapshot	snapshot;
+	Datum		arg = PointerGetDatum(destination);
+	Datum		publishers;
+	bool		isnull;
+	bool		wal;
+	ArrayType  *array;
+	Datum	   *roles;
+	bool	   *nulls;
+	int			nroles;
+	Oid		   *oids;
+	int			noids = 0;
+	int			rc;
+
+	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
+	if (destinations != NULL)
+	{
+		entry = hash_search(destinations, name, HASH_FIND, NULL);
+		if (entry != NULL)
+		{
+			publish_check_publisher(user, destination, entry->publishers,
+									entry->npublishers);
+			return entry->wal;
+		}
+	}
+
+	LockRelationOid(plans.destinations, AccessShareLock);
+	LockRelationOid(plans.publishers, AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	rc = SPI_execute_snapshot(plans.lookup, &arg, NULL, snapshot,
+							  InvalidSnapshot, true, false, 1);
+	UnregisterSnapshot(snapshot);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading the destinations failed: %s",
+			 SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("destination \"%s\" does not exist",
+						text_to_cstring(destination)),
+				 errhint("A superuser adds it with dedup_add_destination().")));
+	wal = strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+				 "wal") == 0;
+	publishers = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+							   &isnull);
+	array = DatumGetArrayTypeP(publishers);
+	deconstruct_array(array, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &roles, &nulls, &nroles);
+
+	if (destinations == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(entry->name);
+		ctl.entrysize = sizeof(Destination);
+		ctl.hcxt = destinations_context;
+		destinations = hash_create("dedup outbox destinations", 16, &ctl,
+								   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	oids = MemoryContextAlloc(destinations_context, Max(nroles, 1) * sizeof(Oid));
+	for (int i = 0; i < nroles; i++)
+		if (!nulls[i])
+			oids[noids++] = DatumGetObjectId(roles[i]);
+	entry = hash_search(destinations, name, HASH_ENTER, NULL);
+	entry->wal = wal;
+	entry->npublishers = noids;
+	entry->publishers = oids;
+
+	publish_check_publisher(user, destination, oids, noids);
+	return wal;
 }
 
 /*
@@ -322,9 +451,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 	Datum		args[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	char		id[DEDUP_OUTBOX_ID_LEN + 1];
-	bool		isnull;
-	char	   *mode;
-	Datum		publishers;
+	bool		wal;
 	int			rc;
 
 	dedup_outbox_check_name("dedup_publish", "destination", PG_GETARG_DATUM(0),
@@ -368,25 +495,11 @@ dedup_publish(PG_FUNCTION_ARGS)
 						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 
-	args[0] = PointerGetDatum(destination);
-	rc = SPI_execute_plan(plans.lookup, args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading the destinations failed: %s",
-			 SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("destination \"%s\" does not exist",
-						text_to_cstring(destination)),
-				 errhint("A superuser adds it with dedup_add_destination().")));
-	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	publishers = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
-							   &isnull);
-	publish_check_publisher(save_userid, destination, publishers);
+	wal = publish_destination(save_userid, destination);
 
 	dedup_outbox_next_id(VARDATA_ANY(destination),
 						 VARSIZE_ANY_EXHDR(destination), id);
-	if (strcmp(mode, "wal") == 0)
+	if (wal)
 		publish_wal(id, destination, payload, key, headers);
 	else
 	{
