@@ -42,7 +42,6 @@ BEGIN
 			'table dedup_outbox',
 			'sequence dedup_outbox_seq_seq',
 			'index dedup_outbox_pkey',
-			'index dedup_outbox_message_id_key',
 			'index dedup_outbox_unsent_idx',
 			'index dedup_outbox_key_idx',
 			'index dedup_outbox_sent_idx',
@@ -192,8 +191,11 @@ SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass,
  * (lease_until, lease_holder, attempts) and marks them sent (sent_at) once
  * its broker has confirmed them; the retention worker deletes sent
  * messages after dedup.outbox_retention, never an unsent one.  The indexes:
- * the unsent messages in order (the leases), per key (the order check),
- * and the sent ones by time (the sweep).  Leases change no indexed column:
+ * the key (message_id: a message published again is not written twice),
+ * the unsent messages in order (the leases, and the relay's calls by seq),
+ * per key (the order check), and the sent ones by time (the sweep); a
+ * publish writes the first two, and the third for a keyed message.  Leases
+ * change no indexed column:
  * fillfactor 80 leaves room for them to be HOT updates.  pg_dump keeps the
  * unsent messages.
  */
@@ -209,8 +211,7 @@ CREATE TABLE @extschema@.dedup_outbox (
 	lease_holder text,
 	attempts integer NOT NULL DEFAULT 0,
 	sent_at timestamptz,
-	CONSTRAINT dedup_outbox_pkey PRIMARY KEY (seq),
-	CONSTRAINT dedup_outbox_message_id_key UNIQUE (message_id)
+	CONSTRAINT dedup_outbox_pkey PRIMARY KEY (message_id)
 ) WITH (fillfactor = 80,
 		autovacuum_vacuum_scale_factor = 0.02,
 		autovacuum_analyze_scale_factor = 0.02);

@@ -84,12 +84,11 @@ outbox_delete_sent(Oid outbox, int limit)
 	char		nulls[2] = {' ', ' '};
 	int			rc;
 
-	sql = psprintf("WITH doomed AS MATERIALIZED ("
-				   "SELECT s.seq FROM %s.dedup_outbox s"
+	sql = psprintf("DELETE FROM %s.dedup_outbox o"
+				   " WHERE o.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+				   "SELECT s.ctid FROM %s.dedup_outbox s"
 				   " WHERE s.sent_at OPERATOR(pg_catalog.<) $1"
-				   " ORDER BY s.sent_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-				   " DELETE FROM %s.dedup_outbox o USING doomed d"
-				   " WHERE o.seq OPERATOR(pg_catalog.=) d.seq"
+				   " ORDER BY s.sent_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
 				   " AND o.sent_at OPERATOR(pg_catalog.<) $1",
 				   nspname, nspname);
 	args[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
