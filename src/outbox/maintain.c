@@ -187,31 +187,37 @@ outbox_sweep_batch(void)
 
 /*
  * The retention worker's step: delete the database's sent messages older
- * than dedup.outbox_retention, one batch per transaction, paced like the
- * claims' sweep, until none is left (DEDUP_SWEEP_DONE), or deadline (0:
- * none) passes or stop() says that the database is wanted
- * (DEDUP_SWEEP_PARTIAL).
+ * than dedup.outbox_retention, one batch per transaction, until none is
+ * left (DEDUP_SWEEP_DONE), or deadline (0: none) passes or stop() says
+ * that the database is wanted (DEDUP_SWEEP_PARTIAL).  The first batch
+ * follows the claims' last one at once (most sweeps find nothing here, and
+ * a pause would cost them dedup.sweep_batch_delay); the next ones are
+ * paced like the claims' batches.
  */
 DedupSweepOutcome
 dedup_outbox_sweep_sent(TimestampTz deadline, DedupSweepPace *pace,
 						DedupOutboxStop stop)
 {
 	int64		deleted;
+	bool		paced = false;
 
 	if (dedup_outbox_retention_s < 0)
 		return DEDUP_SWEEP_DONE;
 	do
 	{
-		dedup_sweep_pace_batch(pace);
+		if (paced)
+			dedup_sweep_pace_batch(pace);
 		CHECK_FOR_INTERRUPTS();
 		if (stop())
 			return DEDUP_SWEEP_PARTIAL;
 		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 			return DEDUP_SWEEP_PARTIAL;
 		deleted = outbox_sweep_batch();
-		dedup_sweep_pace_batch_done(pace);
+		if (paced)
+			dedup_sweep_pace_batch_done(pace);
 		if (deleted > 0)
 			dedup_sweeper_progress((uint64) deleted);
+		paced = true;
 	} while (deleted == dedup_sweep_batch_size);
 	return DEDUP_SWEEP_DONE;
 }
