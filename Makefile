@@ -11,33 +11,45 @@
 MODULE_big = dedup
 OBJS = \
 	src/dedup.o \
-	src/guc.o \
-	src/relations.o \
-	src/citus.o \
-	src/colocated.o \
-	src/colocated_sweep.o \
-	src/claim.o \
-	src/claim_writer.o \
-	src/claimants.o \
-	src/stream_offsets.o \
-	src/stream_positions.o \
-	src/records.o \
 	src/audit.o \
-	src/sweep.o \
-	src/sweep_pace.o \
-	src/sweep_vacuum.o \
-	src/storage.o \
-	src/sweeper_state.o \
-	src/claim_stats.o \
-	src/launcher.o \
-	src/sweeper.o \
+	src/guc.o \
+	src/tables/relations.o \
+	src/tables/tid_delete.o \
+	src/stats/claim_stats.o \
+	src/claim/claim.o \
+	src/claim/claim_writer.o \
+	src/claim/claimants.o \
+	src/claim/entry.o \
+	src/claim/heartbeat.o \
+	src/claim/records.o \
+	src/streams/stream_offsets.o \
+	src/streams/stream_positions.o \
+	src/citus/citus.o \
+	src/citus/registry.o \
+	src/citus/routed_plan.o \
+	src/citus/colocated.o \
+	src/citus/colocated_ddl.o \
+	src/citus/colocated_sweep.o \
+	src/retention/rule.o \
+	src/retention/sweep.o \
+	src/retention/storage.o \
+	src/sweeper/sweep_pace.o \
+	src/sweeper/sweep_vacuum.o \
+	src/sweeper/sweeper_state.o \
+	src/sweeper/launcher.o \
+	src/sweeper/sweeper.o \
 	src/outbox/origin.o \
 	src/outbox/publish.o \
 	src/outbox/maintain.o
 
 EXTENSION = dedup
-DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql \
-	sql/dedup--1.2--1.3.sql sql/dedup--1.3--1.4.sql
+# the current version's script (a fresh install), 1.0's and the updates
+# (older versions, and every database on one)
+DATA = sql/dedup--1.3.sql sql/dedup--1.0.sql \
+	sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql sql/dedup--1.2--1.3.sql \
+	sql/dedup--1.3--1.4.sql
+DOCS = doc/use.md doc/streams.md doc/operations.md doc/citus.md \
+	doc/security.md doc/reference.md doc/performance.md doc/outbox.md
 PGFILEDESC = "dedup - transactional message deduplication"
 
 REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated outbox
@@ -63,6 +75,15 @@ EXTRA_CLEAN = tmp_check_regress/ tmp_check_iso/ tmp_initdb_template/
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# the manual goes to a folder of its own, doc/extension/dedup/, not among
+# other extensions' files; PGXS's uninstall misses files named with a
+# folder, so it is removed here
+docmoduledir = extension/dedup
+uninstall: uninstall-manual
+.PHONY: uninstall-manual
+uninstall-manual:
+	rm -rf '$(DESTDIR)$(docdir)/$(docmoduledir)'
 
 # the TAP tests' nodes copy one cluster made by initdb at the start instead
 # of each running initdb, as PostgreSQL's own "make check" does (17 and

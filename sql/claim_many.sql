@@ -63,6 +63,11 @@ BEGIN READ ONLY;
 SELECT dedup_claim_many('batch', ARRAY['ro']);
 \echo :SQLSTATE
 ROLLBACK;
+-- not even an empty batch: it is checked as any other before it answers
+BEGIN READ ONLY;
+SELECT dedup_claim_many('batch', '{}');
+\echo :SQLSTATE
+ROLLBACK;
 
 -- privileges: like dedup_claim, granted explicitly, and bound by claimants
 CREATE ROLE regress_batch LOGIN;
@@ -74,6 +79,8 @@ GRANT EXECUTE ON FUNCTION dedup_claim_many(text, text[]) TO regress_batch;
 SELECT dedup_allow_claimant('batch', current_user::regrole);
 SET ROLE regress_batch;
 SELECT dedup_claim_many('batch', ARRAY['x']);
+\echo :SQLSTATE
+SELECT dedup_claim_many('batch', '{}');
 \echo :SQLSTATE
 SELECT dedup_claim_many('payments', ARRAY['x']) AS unmapped;
 RESET ROLE;

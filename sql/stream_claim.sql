@@ -109,6 +109,11 @@ BEGIN READ ONLY;
 SELECT dedup_claim_offset('orders-app', 'orders', 0, 700);
 \echo :SQLSTATE
 ROLLBACK;
+-- not even an empty batch: it is checked as any other before it answers
+BEGIN READ ONLY;
+SELECT dedup_claim_offsets('orders-app', 'orders', 0, '{}');
+\echo :SQLSTATE
+ROLLBACK;
 -- reading is fine there
 BEGIN READ ONLY;
 SELECT count(*) AS positions FROM dedup_stream_positions('orders-app');

@@ -80,6 +80,8 @@ SELECT dedup.dedup_claim_offset('orders-app', 'orders', 0, 10);
 \echo :SQLSTATE
 SELECT dedup.dedup_claim_offsets('orders-app', 'orders', 0, ARRAY[10]);
 \echo :SQLSTATE
+SELECT dedup.dedup_claim_offsets('orders-app', 'orders', 0, '{}');
+\echo :SQLSTATE
 SELECT * FROM dedup.dedup_stream_positions('orders-app');
 \echo :SQLSTATE
 SELECT dedup.dedup_claim_offset('other-app', 'orders', 0, 10) AS unmapped_consumer_open;

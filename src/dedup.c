@@ -3,8 +3,9 @@
  * dedup.c
  *	  Module entry point of the dedup extension: it defines the parameters,
  *	  wires the shared-memory hooks to the subsystems that own shared memory
- *	  (sweeper_state.c, claim_stats.c, sweep_pace.c) and registers the
- *	  launcher.
+ *	  (sweeper_state.c, claim_stats.c, heartbeat.c), sets the Citus guard
+ *	  that every lookup of the extension's tables runs (citus.c,
+ *	  relations.c) and registers the launcher.
  *
  * The library can be loaded on demand (the first dedup_claim() call in a
  * backend) or through shared_preload_libraries; claims work either way.
@@ -18,12 +19,13 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
-#include "claim_stats.h"
+#include "citus/citus.h"
+#include "claim/claim.h"
 #include "compat.h"
 #include "guc.h"
-#include "launcher.h"
-#include "sweep_pace.h"
-#include "sweeper_state.h"
+#include "stats/claim_stats.h"
+#include "sweeper/launcher.h"
+#include "sweeper/sweeper_state.h"
 
 DEDUP_MODULE_MAGIC("dedup", "1.4");
 
@@ -40,7 +42,7 @@ shmem_request(void)
 		prev_shmem_request_hook();
 	dedup_sweeper_shmem_request();
 	dedup_claim_stats_shmem_request();
-	dedup_sweep_pace_shmem_request();
+	dedup_heartbeat_shmem_request();
 }
 
 /* shmem_startup_hook: each subsystem creates or attaches to its own */
@@ -51,11 +53,12 @@ shmem_startup(void)
 		prev_shmem_startup_hook();
 	dedup_sweeper_shmem_startup();
 	dedup_claim_stats_shmem_startup();
-	dedup_sweep_pace_shmem_startup();
+	dedup_heartbeat_shmem_startup();
 }
 
 /*
- * Loaded on demand, the library defines its parameters and nothing else.
+ * Loaded on demand, the library defines its parameters and sets the Citus
+ * guard, and nothing else.
  * Preloaded, it also sets up the shared memory of the sweeper and of the
  * claim counters, and registers the launcher -- except in binary-upgrade
  * mode, where nothing may be written.
@@ -64,6 +67,8 @@ void
 _PG_init(void)
 {
 	dedup_define_gucs();
+	/* every lookup of the extension's tables refuses a wrong Citus layout */
+	dedup_relations_guard(dedup_citus_check);
 
 	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;

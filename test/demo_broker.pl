@@ -2,7 +2,7 @@
 #
 # test/demo_broker.pl: the broker part of test/demo.sh.  A private RabbitMQ
 # node carries 200 payment messages (10 published twice, as a producer retry
-# would); consumers of test/rabbitmq_consumer.py apply them with dedup_claim
+# would); consumers of doc/examples/rabbitmq_consumer.py apply them with dedup_claim
 # while failing: one commits 5 messages and dies before acking them, one
 # dies inside a transaction, one nacks committed messages, next to a steady
 # one.  Prints one summary line.  Runs against the cluster at PGHOST/PGPORT

@@ -37,8 +37,8 @@
 
 #include "audit.h"
 #include "guc.h"
-#include "outbox.h"
-#include "relations.h"
+#include "outbox/outbox.h"
+#include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_outbox_sweep);
 PG_FUNCTION_INFO_V1(dedup_outbox_retention);

@@ -39,7 +39,7 @@
 #include "port/pg_bswap.h"
 #include "utils/memutils.h"
 
-#include "outbox.h"
+#include "outbox/outbox.h"
 
 /* the claim the ids are derived from */
 typedef struct OutboxOrigin
@@ -189,7 +189,7 @@ dedup_outbox_next_id(const char *destination, int destination_len, char *id)
 	if (ctx == NULL || pg_cryptohash_init(ctx) < 0)
 		elog(ERROR, "could not compute a message id: %s",
 			 pg_cryptohash_error(ctx));
-	origin_hash(ctx, tag, sizeof(tag));	/* with its terminating zero */
+	origin_hash(ctx, tag, sizeof(tag)); /* with its terminating zero */
 	origin_hash_part(ctx, origin.consumer, origin.consumer_len);
 	origin_hash_part(ctx, origin.message_id, origin.message_id_len);
 	origin_hash_part(ctx, destination, destination_len);

@@ -12,8 +12,8 @@
 
 #include "datatype/timestamp.h"
 
-#include "sweep_pace.h"
-#include "sweeper_state.h"
+#include "sweeper/sweep_pace.h"
+#include "sweeper/sweeper_state.h"
 
 /* the id of a message, as text: a UUID */
 #define DEDUP_OUTBOX_ID_LEN		36

@@ -6,7 +6,7 @@
 #
 # Against the Citus coordinator that PGHOST, PGPORT, PGUSER and PGDATABASE
 # name (a cluster with workers, 'citus,dedup' preloaded, dedup installed:
-# README.md, section Citus); exits 0 saying why when that server has no
+# doc/citus.md); exits 0 saying why when that server has no
 # citus extension (CI has none).  Creates bench_loyalty (distributed by
 # customer_id bigint, 1000 rows) and its records tables, then alternates
 # (a) BEGIN; SELECT dedup_claim_routed(...); UPDATE bench_loyalty ...; COMMIT;

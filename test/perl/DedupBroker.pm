@@ -4,7 +4,7 @@
 # stop: the node registers with it instead of starting a daemon that would
 # outlive the test), its own AMQP, distribution and CLI ports, Erlang cookie
 # and data, no plugins; stopped at exit whatever happens.  Queues are
-# declared, filled and read through test/rabbitmq_consumer.py.  Needs no
+# declared, filled and read through doc/examples/rabbitmq_consumer.py.  Needs no
 # PostgreSQL test module (test/demo_broker.pl uses it too).
 #
 #   DedupBroker->start(dir => DIR, python => PYTHON)

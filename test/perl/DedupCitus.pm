@@ -3,7 +3,7 @@
 # Citus (060, 061): a coordinator and two workers, DedupNode clusters with
 # shared_preload_libraries = 'citus,dedup', joined over their Unix sockets,
 # each with the citus extension.  Citus is not packaged by Debian and is
-# built by hand (README.md, section Citus): where its extension is not
+# built by hand (doc/citus.md): where its extension is not
 # installed, the test file is skipped, saying so (CI has none, and
 # DEDUP_REQUIRE_TOOLS does not ask for it).
 #
@@ -25,7 +25,7 @@ sub require_citus
 	my $sharedir = `pg_config --sharedir`;
 	chomp $sharedir;
 	plan(skip_all =>
-		  "the citus extension is not installed ($sharedir/extension/citus.control is missing): Citus is built by hand, see README.md, section Citus"
+		  "the citus extension is not installed ($sharedir/extension/citus.control is missing): Citus is built by hand, see doc/citus.md"
 	) unless -e "$sharedir/extension/citus.control";
 	return;
 }

@@ -1,5 +1,5 @@
 #
-# test/perl/DedupConsumers.pm: test/rabbitmq_consumer.py, the broker tests'
+# test/perl/DedupConsumers.pm: doc/examples/rabbitmq_consumer.py, the broker tests'
 # client: its one-shot modes, the consumers it runs (each writing JSON lines
 # to a log file of its own), what they report, and the checks that every
 # message was applied exactly once.  Needs no PostgreSQL test module
@@ -85,7 +85,7 @@ END
 
 sub script
 {
-	return abs_path(dirname(__FILE__) . '/../rabbitmq_consumer.py');
+	return abs_path(dirname(__FILE__) . '/../../doc/examples/rabbitmq_consumer.py');
 }
 
 sub run_helper

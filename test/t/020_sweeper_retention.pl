@@ -203,6 +203,8 @@ note('4b. dedup.sweep_enabled = off stops sweeping, on resumes it');
 $node->set_config('dedup.sweep_enabled', 'off', 'off');
 $node->wait_sweeping_stopped('db1');
 my $stopped_at = $node->safe_psql('db1', 'SELECT last_sweep_start FROM dedup_sweeper');
+is($node->safe_psql('db1', 'SELECT next_sweep IS NULL FROM dedup_sweeper'),
+	't', 'view: no next sweep while sweeping is off');
 $node->add_expired('db1', 'e', 6);
 my $offset = -s $node->logfile;
 my $woken = $node->safe_psql('db1', 'SELECT clock_timestamp()');
@@ -218,14 +220,16 @@ is($node->safe_psql('db1', 'SELECT last_sweep_start FROM dedup_sweeper'),
 is($node->log_count($offset, qr/starting background worker process "dedup sweeper/),
 	0, 'sweep_enabled = off: the log shows no sweeper started in any database');
 is($node->count_of('db1', 'e'), '6', 'sweep_enabled = off: expired claims stay');
-is($node->safe_psql('db1', 'SELECT sweep_enabled, sweeper_running FROM dedup_sweeper'),
-	'f|t', 'view: sweep_enabled false, launcher still running');
+is($node->safe_psql('db1', 'SELECT sweep_enabled, sweeper_running, next_sweep IS NULL FROM dedup_sweeper'),
+	'f|t|t', 'view: sweep_enabled false, launcher still running, no next sweep after a wake-up either');
 
 $node->set_config('dedup.sweep_enabled', undef, 'on');
 ok($node->poll_query_until('db1', "SELECT count(*) FROM processed_messages WHERE consumer_name = 'e'", '2'),
 	'sweep_enabled back on: the expired claims are deleted (2 of 6 remain)');
 ok($node->safe_psql('db1', "SELECT last_sweep_start > '$stopped_at' FROM dedup_sweeper") eq 't',
 	'view: a new sweep started');
+is($node->safe_psql('db1', 'SELECT next_sweep > last_sweep_start FROM dedup_sweeper'),
+	't', 'view: a next sweep again');
 
 ###############################################################################
 note('3. the outage rule');

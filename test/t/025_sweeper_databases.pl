@@ -15,7 +15,11 @@
 #     wake-up can do that), also when it commits long after it ran;
 #  3. dedup.sweep_role: the sweep needs that role's privileges; without
 #     DELETE the sweep fails, the view and the log say why, and retries back
-#     off (1 s, 2 s, 4 s ...).
+#     off (1 s, 2 s, 4 s ...); a later successful sweep clears last_error;
+#     the sweeper's ERROR names its database (CONTEXT);
+#  4. consumers whose retention window is invalid (written by 1.0, which
+#     did not check): the WARNING names the consumer and the database, once,
+#     not at every sweep; again (for those left) once the windows change.
 #
 use strict;
 use warnings;
@@ -188,6 +192,9 @@ SELECT last_sweep_outcome, last_error, last_error_at > '$since'
 	'view: last_sweep_outcome failed, last_error permission denied');
 my $error_re = qr/ERROR:  permission denied for table processed_messages/;
 ok($node->wait_log_count($offset, $error_re, 1), 'the error is in the server log');
+like($node->log_since($offset),
+	qr/\[(\d+)\] ERROR:  permission denied for table processed_messages\n[^\n]*\[\1\] CONTEXT:  dedup sweep of database "db1"\n/,
+	'... naming the database');
 # each retry waits twice as long as the one before: failures after 0, 1, 3
 # and 7 s at the earliest (a busy machine only makes the gaps longer)
 ok($node->wait_log_count($offset, $error_re, 4), 'back-off: the sweep failed four times');
@@ -209,8 +216,46 @@ $node->set_config('dedup.databases', undef, '');
 # the back-off may put the next sweep far away; a wake-up sweeps now
 ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (role fixed, woken up)');
 is($node->count_of('db1', 'denied'), '2', 'fixed: the expired claims are deleted');
-is($node->safe_psql('db1', q{SELECT last_error LIKE 'permission denied%' FROM dedup_sweeper}),
-	't', 'view: last_error still tells what went wrong before');
+is($node->safe_psql('db1', qq{SELECT last_error IS NULL, last_error_at > '$since' FROM dedup_sweeper}),
+	't|t', 'view: the successful sweep clears last_error; last_error_at still tells when the last one was');
+
+###############################################################################
+note('4. invalid retention windows');
+
+# 1.0 did not check windows: the update keeps them (NOT VALID), the sweeps
+# leave their consumers alone
+$node->safe_psql('postgres', 'CREATE DATABASE old');
+$offset = -s $node->logfile;
+$node->safe_psql('old', qq{
+BEGIN;
+CREATE EXTENSION dedup VERSION '1.0';
+SELECT dedup_set_retention('bad-a', '10000 years'), dedup_set_retention('bad-b', '1 mon -29 days');
+INSERT INTO processed_messages (consumer_name, message_id, processed_at)
+SELECT c, c || '-' || h, $L - h * interval '1 hour'
+  FROM unnest(ARRAY['bad-a', 'bad-b']) AS c, generate_series(0, 3) AS h;
+ALTER EXTENSION dedup UPDATE;
+COMMIT});
+my $bad_a = qr/WARNING:  claims of consumer "bad-a" are kept: its retention window (?:\@ )?10000 years is invalid/;
+my $bad_b = qr/WARNING:  claims of consumer "bad-b" are kept: its retention window (?:\@ )?1 mon -29 days is invalid/;
+ok($node->wait_log_count($offset, $bad_a, 1) && $node->wait_log_count($offset, $bad_b, 1),
+	'a sweep names both consumers with an invalid window');
+like($node->log_since($offset),
+	qr/\[(\d+)\] ${bad_a}\n[^\n]*\[\1\] HINT:  [^\n]*\n[^\n]*\[\1\] CONTEXT:  dedup sweep of database "old"\n/,
+	'... and the database');
+my $swept = -s $node->logfile;
+ok($node->wait_sweeper_starts($swept, 'old', 3), 'old swept 3 more times');
+ok($node->sweep_until('old', 'done'), '... the last one to its end');
+is($node->log_count($offset, $bad_a) . '|' . $node->log_count($offset, $bad_b),
+	'1|1', '... which said nothing more');
+# one is fixed: the other one is named again, once
+$node->safe_psql('old', q{SELECT dedup_set_retention('bad-a', '1 hour')});
+ok($node->wait_log_count($offset, $bad_b, 2), 'once one is fixed, the other is named again');
+$swept = -s $node->logfile;
+ok($node->wait_sweeper_starts($swept, 'old', 3), 'old swept 3 more times');
+ok($node->sweep_until('old', 'done'), '... the last one to its end');
+is($node->log_count($offset, $bad_a) . '|' . $node->log_count($offset, $bad_b),
+	'1|2', '... which said nothing more');
+is($node->count_of('old', 'bad-b'), '4', "bad-b's claims are kept");
 
 $node->stop;
 done_testing();

@@ -3,7 +3,7 @@
 #
 #   1. The exporter, connected as a role that is only a member of
 #      pg_monitor (no privilege on any dedup table), runs every query of
-#      test/prometheus/dedup_queries.yaml without an error and exports the
+#      doc/examples/prometheus/dedup_queries.yaml without an error and exports the
 #      exact claim counters, records, backlog and sizes of known claims,
 #      claim and lock-wait times in seconds, failed claims by class;
 #      a consumer whose claims are not counted gets no counters (no NaN).
@@ -16,6 +16,12 @@
 #      scrape error but not the metrics of the database that has it, as
 #      the queries file says.
 #   6. promtool check rules / test rules on dedup_alerts.yml.
+#   7. The recommended layout (CREATE SCHEMA dedup; CREATE EXTENSION dedup
+#      SCHEMA dedup) with the install's GRANT USAGE ON SCHEMA dedup TO
+#      pg_monitor: a plain pg_monitor member whose search_path is the
+#      documented one (ALTER ROLE ... SET search_path = dedup, public) gets
+#      the dedup metrics without a scrape error; without the grant it gets
+#      none, and a scrape error.
 #
 use strict;
 use warnings;
@@ -34,12 +40,12 @@ use Time::HiRes qw(time);
 
 my $exporter_bin = $ENV{POSTGRES_EXPORTER} // '/usr/bin/prometheus-postgres-exporter';
 my $promtool = $ENV{PROMTOOL} // '/usr/bin/promtool';
-my $queries = abs_path('test/prometheus/dedup_queries.yaml');
-my $alerts = 'test/prometheus/dedup_alerts.yml';
-my $alerts_test = 'test/prometheus/dedup_alerts_test.yml';
+my $queries = abs_path('doc/examples/prometheus/dedup_queries.yaml');
+my $alerts = 'doc/examples/prometheus/dedup_alerts.yml';
+my $alerts_test = 'doc/examples/prometheus/dedup_alerts_test.yml';
 
 require_tools(programs => [ $exporter_bin, $promtool ]);
-die "test/prometheus/dedup_queries.yaml not found: run me from the source directory\n"
+die "doc/examples/prometheus/dedup_queries.yaml not found: run me from the source directory\n"
   unless defined $queries && -r $queries;
 
 my @exporters;    # harnesses, killed at the end whatever happens
@@ -75,11 +81,12 @@ sub start_exporter
 	return ($h, $port, $log);
 }
 
-# GET /metrics until the exporter answers with the dedup metrics; returns
-# the body, or dies with the exporter's log.
+# GET /metrics until the exporter answers with the dedup metrics (or what
+# $want matches); returns the body, or dies with the exporter's log.
 sub scrape
 {
-	my ($port, $log) = @_;
+	my ($port, $log, $want) = @_;
+	$want //= qr/^dedup_storage_/m;
 	my $http = HTTP::Tiny->new(timeout => test_timeout());
 	my ($body, $last) = (undef, '');
 	wait_until(
@@ -87,7 +94,7 @@ sub scrape
 			my $res = $http->get("http://127.0.0.1:$port/metrics");
 			$last = "$res->{status} $res->{reason}";
 			$body = $res->{content};
-			return $res->{success} && $body =~ /^dedup_storage_/m;
+			return $res->{success} && $body =~ $want;
 		},
 		0.2)
 	  or die "no dedup metrics from the exporter on port $port (last answer: $last); its log:\n"
@@ -408,6 +415,45 @@ like(
 	slurp_file($dlog),
 	qr/Error running query on database \\"[^"]*\\": dedup_consumer pq: relation \\"dedup_stats\\" does not exist/,
 	'auto-discovery: the exporter logs the error the queries file quotes');
+
+# ---------------------------------------------------------------------------
+# 7: the recommended layout, as the README installs it
+# ---------------------------------------------------------------------------
+
+$node->safe_psql('postgres', 'CREATE DATABASE layout');
+$node->safe_psql(
+	'layout', q{
+CREATE SCHEMA dedup;
+CREATE EXTENSION dedup SCHEMA dedup;
+CREATE ROLE monitor LOGIN IN ROLE pg_monitor;
+ALTER ROLE monitor SET search_path = dedup, public;
+SELECT dedup.dedup_claim('layout', 'l-1'), dedup.dedup_claim('layout', 'l-1');
+});
+my %layout = (datname => 'layout', consumer => 'layout');
+my $ldsn = sprintf('host=%s port=%d user=monitor dbname=layout sslmode=disable',
+	$node->host, $node->port);
+my ($lexporter, $lport, $llog) = start_exporter('layout', $ldsn);
+$m = parse_metrics(scrape($lport, $llog, qr/^pg_exporter_last_scrape_error 1$/m));
+is(value_of($m, 'dedup_consumer_claims', %layout), undef,
+	'schema dedup without the grant: no dedup metrics for pg_monitor');
+like(slurp_file($llog), qr/dedup_consumer pq: relation \\"dedup_stats\\" does not exist/,
+	'... the exporter logs that it finds no view (a search_path skips a schema without USAGE)');
+# the install's grant
+$node->safe_psql('layout', 'GRANT USAGE ON SCHEMA dedup TO pg_monitor');
+$m = parse_metrics(scrape($lport, $llog));
+metric_is($m, 'pg_exporter_last_scrape_error', {}, 0,
+	'schema dedup with GRANT USAGE ON SCHEMA dedup TO pg_monitor: no scrape error');
+metric_is($m, 'dedup_consumer_claims', \%layout, 1, 'schema dedup: counters');
+metric_is($m, 'dedup_consumer_duplicates', \%layout, 1, 'schema dedup: counters');
+metric_is($m, 'dedup_storage_sweeper_running', { datname => 'layout' }, 1,
+	'schema dedup: the sweeper');
+is($node->safe_psql('layout', q{SELECT rolsuper OR rolcreaterole OR rolcreatedb
+  FROM pg_roles WHERE rolname = 'monitor'}), 'f', 'the role is a plain one');
+is($node->safe_psql('layout', q{SELECT string_agg(b.rolname, ',')
+  FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member
+  JOIN pg_roles b ON b.oid = m.roleid WHERE r.rolname = 'monitor'}), 'pg_monitor',
+	'... a member of pg_monitor alone');
+$lexporter->kill_kill;
 
 # ---------------------------------------------------------------------------
 # 6: promtool

@@ -12,6 +12,9 @@
 #     restart (a backend killed with SIGKILL), both followed by crash
 #     recovery, they start from zero, as PostgreSQL's own statistics do:
 #     counters that may have missed updates are not presented as complete;
+#     the log says so then (pg_stat/dedup.live marks the counters as living
+#     in shared memory until a clean shutdown saves them), and not after a
+#     clean restart;
 #   - a file left by an immediate shutdown (as older versions wrote one) is
 #     removed unread;
 #   - without preloading, dedup_stats still answers what the table holds and
@@ -63,10 +66,17 @@ my $since = $node->safe_psql('postgres',
 
 # --- clean restart -----------------------------------------------------------------
 
+my $lost_re = qr/LOG:  dedup claim counters start from zero after crash recovery/;
+ok(-f $node->data_dir . '/pg_stat/dedup.live',
+	'pg_stat/dedup.live marks the counters as living in shared memory');
 $node->stop('fast');
 ok(-f $node->data_dir . '/pg_stat/dedup.stat',
 	'a clean shutdown writes the counters to pg_stat/dedup.stat');
+ok(!-f $node->data_dir . '/pg_stat/dedup.live', '... and removes the marker');
+my $offset = -s $node->logfile;
 $node->start;
+is($node->log_count($offset, $lost_re), 0,
+	'a clean restart does not say that counters were lost');
 ok(!-f $node->data_dir . '/pg_stat/dedup.stat',
 	'the file is removed once read, so a later crash cannot bring it back');
 is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/1,waits:1/0',
@@ -90,7 +100,7 @@ my $v2 = pack('LLQq', 0x64656475, 2, 0, 1) . ("\1" x 400);
 open(my $fh, '>:raw', $file) or die "could not write $file: $!";
 print $fh $v2;
 close($fh);
-my $offset = -s $node->logfile;
+$offset = -s $node->logfile;
 $node->start;
 ok(!-f $file, 'a file of another format is removed at startup');
 is($node->safe_psql('postgres', $counters), '', '... unread');
@@ -136,9 +146,11 @@ is($node->safe_psql('postgres', q{SELECT claims FROM dedup_stats WHERE consumer 
 $node->stop('immediate');
 ok(!-f $node->data_dir . '/pg_stat/dedup.stat',
 	'an immediate shutdown writes no counters');
+$offset = -s $node->logfile;
 $node->start;
 is($node->safe_psql('postgres', $counters), '',
 	'after an immediate shutdown the counters start from zero');
+is($node->log_count($offset, $lost_re), 1, '... and the log says so, once');
 $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
 is($node->safe_psql('postgres', $counters), 'orders:0/1',
 	'and counting starts again');
@@ -153,9 +165,7 @@ $offset = -s $node->logfile;
 $node->start;
 ok(!-f $node->data_dir . '/pg_stat/dedup.stat', 'is removed at startup');
 is($node->safe_psql('postgres', $counters), '', '... unread');
-like(slurp_file($node->logfile, $offset),
-	qr/LOG:  dedup claim counters start from zero after crash recovery/,
-	'... and the log says why');
+is($node->log_count($offset, $lost_re), 1, '... and the log says why');
 
 # --- crash restart ------------------------------------------------------------
 
@@ -176,6 +186,8 @@ $node->wait_launcher($launcher)
   or die 'the server did not come back after the crash';
 like(slurp_file($node->logfile, $offset), qr/all server processes terminated; reinitializing/,
 	'the server went through crash recovery');
+ok($node->wait_log_count($offset, $lost_re, 1),
+	'the log says that the counters start from zero');
 eval { $victim->quit };
 is($node->safe_psql('postgres', $counters), '',
 	'after a crash restart the counters start from zero');
@@ -190,9 +202,11 @@ is($node->safe_psql('postgres', $counters), 'orders:0/1',
 
 # --- and a clean restart keeps them again -----------------------------------------
 
+$offset = -s $node->logfile;
 $node->restart;
 is($node->safe_psql('postgres', $counters), 'orders:0/1',
 	'after crash recovery, the next clean restart keeps the counters');
+is($node->log_count($offset, $lost_re), 0, '... and says nothing of a loss');
 
 # --- not preloaded ---------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 #
 # Real parts: a private RabbitMQ node, Debian's pgbouncer (1.18) with
 # pool_mode = transaction and a pool of 2 server connections, the consumers
-# of 014 (test/rabbitmq_consumer.py, pika) on psycopg 3 (prepare_threshold =
+# of 014 (doc/examples/rabbitmq_consumer.py, pika) on psycopg 3 (prepare_threshold =
 # None, which pgbouncer < 1.21 needs) and on psycopg2, all as role "app",
 # calling dedup.dedup_claim schema-qualified (the extension lives in schema
 # "dedup", as the README recommends behind a pooler).  Every application of

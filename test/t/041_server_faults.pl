@@ -3,7 +3,7 @@
 # messages flow.
 #
 # A private RabbitMQ node carries 400 persistent messages (8 published
-# twice).  Four consumers (test/rabbitmq_consumer.py, prefetch 10, 20 ms of
+# twice).  Four consumers (doc/examples/rabbitmq_consumer.py, prefetch 10, 20 ms of
 # work inside each transaction, after the claim) apply them with the README
 # pattern, connected straight to PostgreSQL:
 #   retry-2 (psycopg2), retry-3 (psycopg 3): on a connection error,

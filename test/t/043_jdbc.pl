@@ -1,5 +1,5 @@
 #
-# 043_jdbc.pl: test/jdbc/DedupConsumer.java on pgjdbc, directly and through
+# 043_jdbc.pl: doc/examples/jdbc/DedupConsumer.java on pgjdbc, directly and through
 # pgbouncer in transaction pooling mode.
 #
 # Real parts: Debian's pgjdbc (libpostgresql-jdbc-java) and JDK, Debian's
@@ -51,7 +51,7 @@ my $classes = "$tmp/classes";
 my ($javac_out, $javac_err);
 ok( IPC::Run::run(
 		[ 'javac', '-Xlint:all', '-Werror', '-cp', $jar, '-d', $classes,
-			"$FindBin::Bin/../jdbc/DedupConsumer.java" ],
+			"$FindBin::Bin/../../doc/examples/jdbc/DedupConsumer.java" ],
 		'>', \$javac_out, '2>', \$javac_err),
 	'DedupConsumer.java compiles without warnings')
   or BAIL_OUT($javac_err);

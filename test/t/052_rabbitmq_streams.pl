@@ -2,7 +2,7 @@
 # 052_rabbitmq_streams.pl: claims by offset end to end, with RabbitMQ
 # stream queues (x-queue-type: stream) as the ordered log.
 #
-# Three streams of 120 messages each, consumed by test/stream_consumer.py
+# Three streams of 120 messages each, consumed by doc/examples/stream_consumer.py
 # as the README's "Ordered streams" section shows: seek to next_offset from
 # dedup_stream_positions (x-stream-offset), then one transaction per record
 # { dedup_claim_offset; if true: the work }, commit, ack.  Every message
@@ -31,7 +31,7 @@ use DedupTools;
 my $python = require_tools(
 	modules => [ 'pika', 'psycopg' ],
 	programs => [ '/usr/lib/rabbitmq/bin/rabbitmq-server', '/usr/bin/epmd' ]);
-my $script = abs_path("$FindBin::Bin/../stream_consumer.py");
+my $script = abs_path("$FindBin::Bin/../../doc/examples/stream_consumer.py");
 my $count = 120;
 my $last = $count - 1;
 
@@ -55,7 +55,7 @@ BAIL_OUT($broker->{error}) if $broker->{error};
 $broker->ready_ok;
 my $port = $broker->{amqp_port};
 
-# run test/stream_consumer.py: (exit status, stdout, stderr)
+# run doc/examples/stream_consumer.py: (exit status, stdout, stderr)
 sub helper
 {
 	my @args = @_;

@@ -15,7 +15,10 @@
 #      later; the generic "Extension" on 15, where dedup.sweep_batch_delay
 #      = 0 leaves the sweeper no other wait of that type).
 #   4. A database listed in dedup.databases without the extension: the
-#      probe logs the WARNING naming it.
+#      WARNING naming it, logged once per change of the setting, also for a
+#      database that was found without dedup before it was listed (a
+#      reload, not a probe); a listed name that matches no database gets a
+#      WARNING of its own.
 #   5. No free background worker slot (max_worker_processes = 1, taken by
 #      the launcher; no logical replication launcher): the WARNING, once
 #      however often the launcher tries again.
@@ -107,16 +110,30 @@ $node->set_config('dedup.sweep_batch_size', undef, '1000');
 ###############################################################################
 note('4. a database in dedup.databases without the extension');
 
-$node->set_config('dedup.databases', 'db1, noext', 'db1, noext');
-my $offset = -s $node->logfile;
+my $not_installed =
+  qr/WARNING:  database "noext" is listed in dedup.databases, but extension "dedup" is not installed there/;
+my $no_such =
+  qr/WARNING:  database "nosuchdb" is listed in dedup.databases, but does not exist/;
+# found without dedup while every database is swept: nothing to say
 $node->safe_psql('postgres', 'CREATE DATABASE noext');
-# a reload makes the launcher look at the databases again
-$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
-ok( $node->wait_log_count(
-		$offset,
-		qr/WARNING:  database "noext" is listed in dedup.databases, but extension "dedup" is not installed there/,
-		1),
-	'the probe of noext, listed in dedup.databases, logs a WARNING naming it');
+my $offset = -s $node->logfile;
+ok(defined $node->sweep('db1') && defined $node->sweep('db1'),
+	'two passes of the launcher: noext probed');
+is($node->log_count($offset, qr/noext/), 0, '... quietly, as it is not listed');
+# then listed: a reload, which probes nothing again
+$node->set_config('dedup.databases', 'db1, noext, nosuchdb', 'db1, noext, nosuchdb');
+ok($node->wait_log_count($offset, $not_installed, 1),
+	'listing noext in dedup.databases logs a WARNING naming it');
+ok($node->wait_log_count($offset, $no_such, 1),
+	'... and a listed name that matches no database gets one too');
+ok(defined $node->sweep('db1') && defined $node->sweep('db1'),
+	'two more passes of the launcher');
+is($node->log_count($offset, $not_installed) . '|' . $node->log_count($offset, $no_such),
+	'1|1', '... which say nothing more: once per change');
+# another change names them again
+$node->set_config('dedup.databases', 'noext, nosuchdb, db1', 'noext, nosuchdb, db1');
+ok($node->wait_log_count($offset, $not_installed, 2) && $node->wait_log_count($offset, $no_such, 2),
+	'a change of dedup.databases names both again');
 $node->set_config('dedup.databases', undef, '');
 
 ###############################################################################
