@@ -26,7 +26,7 @@
 #include "stats/claim_stats.h"
 #include "sweeper/sweeper.h"
 
-DEDUP_MODULE_MAGIC("dedup", "1.3");
+DEDUP_MODULE_MAGIC("dedup", "1.4");
 
 void		_PG_init(void);
 
