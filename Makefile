@@ -36,6 +36,8 @@ EXTENSION = dedup
 DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql \
 	sql/dedup--1.2--1.3.sql
 PGFILEDESC = "dedup - transactional message deduplication"
+# the outbox's relay (python3), installed into the server's bindir
+SCRIPTS = src/relay/dedup_relay
 
 REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated
 
