@@ -30,22 +30,25 @@ OBJS = \
 	src/sweeper_state.o \
 	src/claim_stats.o \
 	src/launcher.o \
-	src/sweeper.o
+	src/sweeper.o \
+	src/outbox/origin.o \
+	src/outbox/publish.o \
+	src/outbox/maintain.o
 
 EXTENSION = dedup
 DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql \
-	sql/dedup--1.2--1.3.sql
+	sql/dedup--1.2--1.3.sql sql/dedup--1.3--1.4.sql
 PGFILEDESC = "dedup - transactional message deduplication"
 # the outbox's relay (python3), installed into the server's bindir
 SCRIPTS = src/relay/dedup_relay
 
-REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated
+REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated outbox
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters claim-many try-claim \
 	sweep-lock claimant-map try-claim-arbiters \
 	stream-read-committed stream-repeatable-read stream-rebalance \
-	claim-invalidation forget-beside-claim
+	claim-invalidation forget-beside-claim outbox-lease
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1

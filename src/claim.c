@@ -36,6 +36,7 @@
 #include "claimants.h"
 #include "guc.h"
 #include "keys.h"
+#include "outbox/outbox.h"
 #include "relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim);
@@ -195,6 +196,8 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		}
 		PG_END_TRY();
 		outcomes[keys[done].position] = outcome;
+		if (outcome == CLAIM_CLAIMED)
+			dedup_outbox_note_claim(consumer, nkeys == 1 ? keys[done].key : NULL);
 		if (outcome != CLAIM_IN_PROGRESS)
 			dedup_stats_tally(&tally,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,

@@ -25,7 +25,7 @@
 #include "sweep_pace.h"
 #include "sweeper_state.h"
 
-DEDUP_MODULE_MAGIC("dedup", "1.3");
+DEDUP_MODULE_MAGIC("dedup", "1.4");
 
 void		_PG_init(void);
 

@@ -29,7 +29,8 @@
  * runs past it; a sweep stopped so ends partial.
  *
  * It runs no SQL on processed_messages: rows are found and deleted through
- * the table's index, by OID (sweep.c).  On a Citus coordinator it then
+ * the table's index, by OID (sweep.c).  Then it deletes the sent outbox
+ * messages past dedup.outbox_retention, in batches (outbox/maintain.c).  On a Citus coordinator it then
  * sweeps the colocated records tables with distributed DELETEs through
  * SPI (colocated_sweep.c, sweeper_sweep_colocated), each table as its owner
  * and on its own: one that fails does not stop the others.  Each sweep
@@ -96,6 +97,7 @@
 #include "colocated.h"
 #include "compat.h"
 #include "guc.h"
+#include "outbox/outbox.h"
 #include "relations.h"
 #include "sweep.h"
 #include "sweep_pace.h"
@@ -610,6 +612,8 @@ sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 			dedup_sweeper_progress(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
+	if (dedup_outbox_sweep_sent(deadline, pace, sweeper_database_wanted) != DEDUP_SWEEP_DONE)
+		return DEDUP_SWEEP_PARTIAL;
 	return sweeper_sweep_colocated(deadline);
 }
 
