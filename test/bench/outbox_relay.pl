@@ -88,9 +88,10 @@ sub relay_rate
 sub load
 {
 	my ($destination, $count) = @_;
+	# keys: customers 1..10000, as in outbox_publish_*.sql
 	psql(join('', map {
-		"SELECT count(dedup_publish('$destination', '{\"customer\": ' || g || ', \"points\": 120}', g::text)) FROM generate_series(1, 100) g;\n"
-	} 1 .. $count / 100));
+		"SELECT count(dedup_publish('$destination', '{\"customer\": ' || c || ', \"points\": 120}', c::text)) FROM generate_series($_ * 100 + 1, $_ * 100 + 100) g, LATERAL (SELECT g % 10000 + 1 AS c) k;\n"
+	} 0 .. $count / 100 - 1));
 	return;
 }
 
