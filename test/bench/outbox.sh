@@ -40,7 +40,8 @@
 # first unless DEDUP_SETUP=none), BENCH_CLIENTS (2), BENCH_OUTBOX_MESSAGES
 # (20000; --smoke 1000), BENCH_OUTBOX_SOAK (120; --smoke 10),
 # BENCH_OUTBOX_SAMPLE (5; --smoke 2), BENCH_OUTBOX_RATE (1000),
-# BENCH_OUTBOX_RETENTION (10), BENCH_ROWS (only these rows, e.g. O3 or
+# BENCH_OUTBOX_RETENTION (10), BENCH_OUTBOX_SETTINGS (server settings for
+# O4 as name=value separated by spaces, e.g. autovacuum_naptime=1s), BENCH_ROWS (only these rows, e.g. O3 or
 # O1,O4; O1 and O2 run together), BENCH_OUT.
 set -euo pipefail
 set -E
@@ -74,6 +75,7 @@ if [ "$BENCH_SMOKE" = 1 ]; then
 fi
 : "${BENCH_CLIENTS:=2}" "${BENCH_OUTBOX_MESSAGES:=20000}" "${BENCH_OUTBOX_SOAK:=120}"
 : "${BENCH_OUTBOX_SAMPLE:=5}" "${BENCH_OUTBOX_RATE:=1000}" "${BENCH_OUTBOX_RETENTION:=10}"
+: "${BENCH_OUTBOX_SETTINGS:=}"
 : "${BENCH_OUT:=/tmp/dedup-bench-outbox.$(date +%Y%m%d-%H%M%S)}"
 
 . "$BENCH_DIR/lib.sh"
@@ -125,8 +127,10 @@ bench_relay() {
 }
 
 bench_storage() {
-	section "O4. table mode at steady state: ${BENCH_OUTBOX_SOAK} s at ${BENCH_OUTBOX_RATE}/s, retention ${BENCH_OUTBOX_RETENTION} s"
-	broker_rows soak "$BENCH_OUTBOX_SOAK" "$BENCH_OUTBOX_SAMPLE" "$BENCH_OUTBOX_RATE" "$BENCH_OUTBOX_RETENTION"
+	section "O4. table mode at steady state: ${BENCH_OUTBOX_SOAK} s at ${BENCH_OUTBOX_RATE}/s, retention ${BENCH_OUTBOX_RETENTION} s ${BENCH_OUTBOX_SETTINGS}"
+	# shellcheck disable=SC2086 # name=value words
+	broker_rows soak "$BENCH_OUTBOX_SOAK" "$BENCH_OUTBOX_SAMPLE" "$BENCH_OUTBOX_RATE" "$BENCH_OUTBOX_RETENTION" \
+		$BENCH_OUTBOX_SETTINGS
 	result O4a "bytes per row of dedup_outbox at steady state" bytes/row \
 		"fresh, vacuumed copy" outbox_fresh_bytes_per_row "steady state" outbox_soak_bytes_per_row "target: <= 2x"
 	figure O4b "rows of dedup_outbox at steady state (live backlog)" rows "rows" outbox_soak_rows \

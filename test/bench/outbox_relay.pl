@@ -12,7 +12,8 @@
 #       of a WAL-mode one (dedup_publish, 100 per transaction) moved by
 #       dedup_relay --exit-when-idle, timed from its first log line to its
 #       last (connections included); the queues are emptied after each
-#   soak SECONDS SAMPLE RATE RETENTION   table mode at steady state: pgbench
+#   soak SECONDS SAMPLE RATE RETENTION [NAME=VALUE...]   table mode at steady
+#       state, with those server settings (put back afterwards): pgbench
 #       runs outbox_publish_table.sql at RATE transactions/s while the relay
 #       sends and the retention worker (every second, dedup.outbox_retention
 #       = RETENTION s) and autovacuum clean up; every SAMPLE s the bytes of
@@ -130,8 +131,9 @@ TRUNCATE dedup_outbox;
 
 sub soak
 {
-	my ($seconds, $sample, $rate, $retention) = @_;
-	psql(qq{
+	my ($seconds, $sample, $rate, $retention, @settings) = @_;
+	my %set = map { split /=/, $_, 2 } @settings;
+	psql(join('', map { "ALTER SYSTEM SET $_ = '$set{$_}';\n" } sort keys %set) . qq{
 ALTER SYSTEM SET dedup.outbox_retention = $retention;
 ALTER SYSTEM SET dedup.sweep_enabled = on;
 ALTER SYSTEM SET dedup.sweep_interval = '1s';
@@ -173,7 +175,7 @@ SELECT pg_total_relation_size('outbox_fresh'), count(*) FROM outbox_fresh;
 	print "VALUE outbox_fresh_bytes_per_row " . sprintf('%.1f', $fresh_bytes / ($fresh_rows || 1)) . "\n";
 	$relay_h->signal('TERM');
 	$relay_h->finish;
-	psql(q{
+	psql(join('', map { "ALTER SYSTEM RESET $_;\n" } sort keys %set) . q{
 DROP TABLE outbox_fresh;
 ALTER SYSTEM RESET dedup.outbox_retention;
 ALTER SYSTEM RESET dedup.sweep_enabled;
