@@ -51,6 +51,8 @@ DATA = sql/dedup--1.3.sql sql/dedup--1.0.sql \
 DOCS = doc/use.md doc/streams.md doc/operations.md doc/citus.md \
 	doc/security.md doc/reference.md doc/performance.md doc/outbox.md
 PGFILEDESC = "dedup - transactional message deduplication"
+# the outbox's relay (python3), installed into the server's bindir
+SCRIPTS = src/relay/dedup_relay
 
 REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated outbox
 
