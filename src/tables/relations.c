@@ -64,7 +64,6 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/dependency.h"
-#include "catalog/indexing.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
@@ -578,7 +577,8 @@ typedef enum RelationsLoad
 {
 	RELATIONS_LOADED,
 	RELATIONS_NO_EXTENSION,
-	RELATIONS_GONE				/* dropped while we looked, or waited for a lock */
+	RELATIONS_GONE				/* dropped while we looked, or waited for a
+								 * lock */
 } RelationsLoad;
 
 static RelationsLoad
@@ -605,18 +605,18 @@ relations_load(DedupRelations *rels)
 		Oid			schema;
 
 		/*
-		 * A DROP EXTENSION that committed since the extension was found
-		 * (the lookups above may have taken its invalidations) is not a
-		 * missing table: look again
+		 * A DROP EXTENSION that committed since the extension was found (the
+		 * lookups above may have taken its invalidations) is not a missing
+		 * table: look again
 		 */
 		if (extension_lookup(&schema) != rels->extension)
 			return RELATIONS_GONE;
 		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("table \"%s\" of extension \"dedup\" is missing",
-					   OidIsValid(rels->messages) ? "dedup_retention" : "processed_messages"),
-				errdetail("It is not in the extension's schema, or it is no longer a member of the extension."),
-				errhint("Restore it, or drop and create the extension again."));
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s\" of extension \"dedup\" is missing",
+						OidIsValid(rels->messages) ? "dedup_retention" : "processed_messages"),
+				 errdetail("It is not in the extension's schema, or it is no longer a member of the extension."),
+				 errhint("Restore it, or drop and create the extension again.")));
 	}
 	/* dedup_consumer_roles exists from version 1.1 on, as fingerprint */
 	rels->consumer_roles = member_table(rels->extension, rels->schema,
