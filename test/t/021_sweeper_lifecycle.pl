@@ -41,16 +41,20 @@ my $expired = "processed_at < $L - interval '1 hour'";
 # 1. the launcher in pg_stat_activity
 # ===========================================================================
 
-# 18 and later report the module's name and version
+# 18 and later report the module's name and version: the current version,
+# dedup.control's default_version
 SKIP:
 {
 	skip 'pg_get_loaded_modules() is new in PostgreSQL 18', 1
 	  if $node->pg_version < 18;
+	my ($current) =
+	  slurp_file("$FindBin::Bin/../../dedup.control") =~
+	  /^default_version\s*=\s*'([^']+)'/m;
 	is( $node->safe_psql(
 			'postgres', q{
 SELECT module_name || ' ' || version FROM pg_get_loaded_modules()
  WHERE file_name = 'dedup.so'}),
-		'dedup 1.3',
+		"dedup $current",
 		'PG 18: the loaded module reports its name and version (PG_MODULE_MAGIC_EXT)'
 	);
 }
