@@ -40,8 +40,10 @@ OBJS = \
 	src/sweeper/sweeper.o
 
 EXTENSION = dedup
-DATA = sql/dedup--1.0.sql sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql \
-	sql/dedup--1.2--1.3.sql
+# the current version's script (a fresh install), 1.0's and the updates
+# (older versions, and every database on one)
+DATA = sql/dedup--1.3.sql sql/dedup--1.0.sql \
+	sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql sql/dedup--1.2--1.3.sql
 DOCS = doc/use.md doc/streams.md doc/operations.md doc/citus.md \
 	doc/security.md doc/reference.md doc/performance.md
 PGFILEDESC = "dedup - transactional message deduplication"

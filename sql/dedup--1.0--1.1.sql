@@ -467,7 +467,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.dedup_consumer_storage() TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_storage TO pg_monitor;
 
 /*
- * Claim latency and errors (claim_stats.c).  dedup_claim_counters() gains
+ * Claim latency and errors.  dedup_claim_counters() gains
  * the failed claims by class of error (serialization failures no longer
  * include deadlocks) and the claim and lock-wait times, in milliseconds as
  * pg_stat_statements has them; its 1.1 definition has its own C symbol, so

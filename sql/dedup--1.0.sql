@@ -212,8 +212,8 @@ GRANT EXECUTE ON FUNCTION @extschema@.dedup_sweeper_status() TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_sweeper TO pg_monitor;
 
 /*
- * Observability.  Claim counters live in shared memory (claim_stats.c);
- * what the table holds is read from the table and its planner statistics.
+ * Observability.  Claim counters live in shared memory; what the table
+ * holds is read from the table and its planner statistics.
  * Monitoring roles (pg_monitor) may read both views: they show consumers
  * and numbers, never a message id.
  */

@@ -171,8 +171,8 @@ END;
 REVOKE USAGE ON TYPE @extschema@.dedup_claim_status FROM PUBLIC;
 
 /*
- * The claimant mapping is cached by every backend (claim.c): a change must
- * reach them however it is made.  A statement trigger does not fire in
+ * The claimant mapping is cached by every backend: a change must reach
+ * them however it is made.  A statement trigger does not fire in
  * logical replication's apply worker, and no ordinary trigger fires with
  * session_replication_role = replica; these fire always, for each row and
  * for TRUNCATE.
@@ -189,8 +189,8 @@ ALTER TABLE @extschema@.dedup_consumer_roles
 	ENABLE ALWAYS TRIGGER dedup_consumer_roles_truncated;
 
 /*
- * A mapping to a role that has been dropped maps nothing (claim.c), and is
- * left out of dumps: its claimant would be dumped as a bare OID, which in
+ * A mapping to a role that has been dropped maps nothing, and is left out
+ * of dumps: its claimant would be dumped as a bare OID, which in
  * another cluster may name another role.
  */
 SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass,
@@ -201,10 +201,10 @@ SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass,
 		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup'::pg_catalog.name)
    AND c.relname OPERATOR(pg_catalog.=) 'dedup_consumer_roles'::pg_catalog.name;
 
-/* --- audit trail (issue 14 items 5 and 9) --- */
+/* --- audit trail --- */
 
 /*
- * Every change of a retention window is written to the server log (audit.c),
+ * Every change of a retention window is written to the server log,
  * whatever makes it: the retention functions, dedup_retire_consumer, a
  * superuser's INSERT, UPDATE, DELETE or TRUNCATE, or logical replication.
  * Each row change is audited after it is made; a TRUNCATE before it, while
@@ -232,8 +232,8 @@ ALTER TABLE @extschema@.dedup_retention
 REVOKE ALL ON FUNCTION @extschema@.dedup_retention_audit() FROM PUBLIC;
 
 /*
- * dedup_consumer_storage(), behind dedup_stats and dedup_storage, in C
- * (storage.c) on the sweep's own consumer walk: the columns and figures of
+ * dedup_consumer_storage(), behind dedup_stats and dedup_storage, in C on
+ * the sweep's own consumer walk: the columns and figures of
  * its 1.1 SQL definition, with the retention rule implemented once.  It
  * reads the tables by OID and needs no privilege on them, so it runs as its
  * caller: EXECUTE (pg_monitor) is still all a monitoring role needs.
@@ -253,19 +253,19 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dedup_consumer_storage'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
-/* --- ordered streams (issue 16) --- */
+/* --- ordered streams --- */
 
 /*
  * Where each consumer is in each partition of each ordered stream (a Kafka
  * topic, a RabbitMQ stream): the last offset it has processed.  For a
  * consumer that processes a partition in order, that position is the whole
  * deduplication record: one row per (consumer, stream, partition), however
- * many messages, and nothing to sweep.  Claims by offset (stream_offsets.c)
- * move it in place: they change only columns that no index covers, so
- * every update is a HOT update (the new version on the same page, the old
- * one pruned when the page is next read) and the table keeps its size;
- * fillfactor 50 leaves every page the room to do so.  Claims write every
- * column themselves: no defaults.
+ * many messages, and nothing to sweep.  Claims by offset move it in place:
+ * they change only columns that no index covers, so every update is a HOT
+ * update (the new version on the same page, the old one pruned when the
+ * page is next read) and the table keeps its size; fillfactor 50 leaves
+ * every page the room to do so.  Claims write every column themselves: no
+ * defaults.
  */
 CREATE TABLE @extschema@.stream_positions (
 	consumer_name text NOT NULL,
@@ -377,7 +377,7 @@ REVOKE ALL ON FUNCTION @extschema@.dedup_forget_stream_positions(text, text) FRO
 /*
  * Observability of ordered streams.  Claims by offset count in their
  * consumer's counters (dedup_stats), and per consumer and stream in
- * dedup_stream_counters() (claim_stats.c: its columns are those of
+ * dedup_stream_counters() (its columns are those of
  * dedup_claim_counters(), then the stream).  dedup_stream_stats shows them
  * with the positions of each stream; dedup_stream_progress shows each
  * partition's position and how long ago it last moved: a position that
@@ -447,14 +447,14 @@ GRANT EXECUTE ON FUNCTION @extschema@.dedup_stream_counters() TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_stream_progress TO pg_monitor;
 GRANT SELECT ON @extschema@.dedup_stream_stats TO pg_monitor;
 
-/* --- records colocated with the business rows on Citus (issue 15, items 2 and 3) --- */
+/* --- records colocated with the business rows on Citus --- */
 
 /*
  * The registry of colocated records tables: distributed tables, created by
  * dedup_create_colocated_records() and owned by its caller (not members of
  * the extension: DROP EXTENSION leaves them, and their rows, in place, and
  * takes the registry with it).  Only registered tables are written by the
- * routed claims, swept, and counted (colocated.c).  A row whose table has
+ * routed claims, swept, and counted.  A row whose table has
  * been dropped is ignored.  Kept by pg_dump, as the tables it names are.
  */
 CREATE TABLE @extschema@.dedup_colocated_tables (

@@ -80,7 +80,7 @@ BEGIN
 END;
 $guard$;
 
-/* --- the arbiters of the writes into the extension's tables (issue 29, item 2) --- */
+/* --- the arbiters of the writes into the extension's tables --- */
 
 /*
  * dedup_allow_claimant: 1.1 and 1.2 wrote ON CONFLICT DO NOTHING without a
@@ -101,7 +101,7 @@ BEGIN ATOMIC
 	ON CONFLICT (consumer_name, claimant) DO NOTHING;
 END;
 
-/* --- colocated records on Citus: a dropped table leaves the registry (issue 29, item 8) --- */
+/* --- colocated records on Citus: a dropped table leaves the registry --- */
 
 /*
  * A registered records table that is dropped takes its registry row with
@@ -111,8 +111,8 @@ END;
  * check at each use: nothing in a table tells a reused OID from the
  * original.  ENABLE ALWAYS: it fires under session_replication_role =
  * replica too.  dedup_colocated_dropped() deletes the rows as the
- * registry's owner (colocated.c).  Rows of tables dropped before this
- * update are deleted here.
+ * registry's owner.  Rows of tables dropped before this update are
+ * deleted here.
  */
 CREATE FUNCTION @extschema@.dedup_colocated_dropped()
 RETURNS event_trigger

@@ -11,6 +11,7 @@
 #define DEDUP_COMPAT_H
 
 #include "access/tableam.h"
+#include "catalog/pg_namespace.h"
 #include "storage/proc.h"
 #include "utils/guc_tables.h"
 #include "utils/wait_event.h"
@@ -22,7 +23,6 @@
 #define dedup_local_xid() (MyProc->lxid)
 #endif
 
-/* dedup.c's module magic block: 18 records the library's name and version */
 /* 17 replaced the IsBackgroundWorker flag by the backend type */
 #if PG_VERSION_NUM >= 170000
 #define dedup_is_background_worker() AmBackgroundWorkerProcess()
@@ -30,6 +30,7 @@
 #define dedup_is_background_worker() IsBackgroundWorker
 #endif
 
+/* dedup.c's module magic block: 18 records the library's name and version */
 #if PG_VERSION_NUM >= 180000
 #define DEDUP_MODULE_MAGIC(name_, version_) \
 	PG_MODULE_MAGIC_EXT(.name = (name_), .version = (version_))

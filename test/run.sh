@@ -10,7 +10,8 @@
 # (pg_regress, isolation, TAP) so that a failure in one does not hide the
 # others.  The version the host's Debian ships runs on the host (15 on
 # Debian 12), where test/hygiene.sh checks test/setup.sh first and, next to
-# a whole suite, the benchmark harnesses run briefly and test/demo.sh runs;
+# a whole suite, the benchmark harnesses run briefly, test/demo.sh runs and
+# the style gates (test/gates/check) are checked;
 # the others run in Debian chroots made and cached by test/chroot.sh (17:
 # trixie, 18: sid).  The versions run at the same time, each printing its
 # lines behind its name; a summary with the time of every part and version
@@ -141,6 +142,14 @@ extras() {
 	return $rc
 }
 
+# gates N: the style gates (test/gates/check: C and Perl formatting, the
+# ereport() form, #includes not needed, DedupNode's POD), against the
+# server headers of PostgreSQL N
+gates() {
+	local pg=$1
+	PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" "$top/test/gates/check"
+}
+
 # in_chroot N MAKE_ARGS...: PostgreSQL N in its chroot (made or checked
 # first), where this script runs again: build and install, then the suite
 in_chroot() {
@@ -206,6 +215,7 @@ if [ -n "$here" ]; then
 	if [ $hrc -le 1 ]; then	# 2: no build, nothing to test
 		job "PostgreSQL $here" suite "$here" "$@" &
 		[ $# -ne 0 ] || [ -z "$root" ] || job "PostgreSQL $here extras" extras "$here" &
+		[ $# -ne 0 ] || job "PostgreSQL $here gates" gates "$here" &
 	fi
 fi
 wait
@@ -219,7 +229,7 @@ for f in "$logs"/*.rc; do
 done
 echo "== summary"
 for pg in $versions; do
-	for f in "PostgreSQL $pg setup" "PostgreSQL $pg" "PostgreSQL $pg extras"; do
+	for f in "PostgreSQL $pg setup" "PostgreSQL $pg" "PostgreSQL $pg extras" "PostgreSQL $pg gates"; do
 		[ ! -f "$logs/$f.log" ] || sed -n 's/^== result: /== /p' "$logs/$f.log"
 	done
 done

@@ -35,9 +35,10 @@ optional=(
 	pgbouncer python3-psycopg
 	libpostgresql-jdbc-java default-jdk-headless
 )
-# for test/bench/instructions.sh and the plot of test/bench/run.sh's soak
-# (soak_plot.py), which test/run.sh runs on the host only
-[ -n "${DEDUP_IN_CHROOT:-}" ] || optional+=(valgrind python3-matplotlib)
+# for test/bench/instructions.sh, the plot of test/bench/run.sh's soak
+# (soak_plot.py) and the style gates (test/gates/check: pg_bsd_indent,
+# perltidy), which test/run.sh runs on the host only
+[ -n "${DEDUP_IN_CHROOT:-}" ] || optional+=(valgrind python3-matplotlib pg-bsd-indent perltidy)
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "test/setup.sh: run me as root (sudo $0)" >&2

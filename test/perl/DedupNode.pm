@@ -1,120 +1,218 @@
 #
-# test/perl/DedupNode.pm: the TAP tests' cluster, a PostgreSQL::Test::Cluster
-# with dedup's settings and dedup's waits, so that a test file states only
-# what is particular to it.  Works with the TAP modules of PostgreSQL 15, 17
-# and 18 (whose constructor is new($name) in each of them); of the base
-# class it overrides only init(), on PostgreSQL 15, to copy the cluster that
-# INITDB_TEMPLATE names as 17 and later do themselves.
+# test/perl/DedupNode.pm: the TAP tests' cluster (its documentation is the
+# POD below: perldoc test/perl/DedupNode.pm).
 #
-# Run one test (dedup installed in the server that pg_config names, as a user
-# that may create clusters; PROVE_TESTS takes several files, or a glob):
-#
-#   make installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/021_sweeper_lifecycle.pl
-#
-# or as root, installing what the test needs first (test/setup.sh):
-#
-#   sudo test/run.sh REGRESS= ISOLATION= PROVE_TESTS=test/t/021_sweeper_lifecycle.pl
-#
-# Its log is tmp_check/log/regress_log_021_sweeper_lifecycle, its server's
-# tmp_check/log/021_sweeper_lifecycle_<node>.log.  Every wait below gives up
-# after the PostgreSQL test default (PG_TEST_TIMEOUT_DEFAULT, 180 s).
-#
-# The cluster:
-#   DedupNode->create($name, preload => 1, sweeps => PRESET,
-#                     conf => {name => value}, init => {...})
-#                       new, init(%init), dedup's settings and conf (values
-#                       unquoted), start.  preload (default 1): dedup in
-#                       shared_preload_libraries.  sweeps:
-#                         'every second'  dedup.sweep_interval = 1s,
-#                                         dedup.retention = 1h, and the
-#                                         postmaster logs each worker it
-#                                         starts (log_min_messages = debug1)
-#                         'on request'    dedup.retention = 1h, an hour
-#                                         between sweeps: only a wake-up
-#                                         sweeps
-#                         'off'           dedup.sweep_enabled = off
-#                       (none: dedup's defaults)
-#   $node->set_config($name, $value, $shown)
-#                       ALTER SYSTEM SET (RESET for an undef $value), reload;
-#                       ok() once new sessions show $shown (polled with a new
-#                       session each time: the postmaster, which starts them,
-#                       has reloaded)
-#   $node->poll_query_until($db, $query, $expected)
-#                       as the base class's (true once $query prints
-#                       $expected, default 't', and no error), but every
-#                       attempt goes through one psql session for the whole
-#                       wait (a new one only after it ended, e.g. the server
-#                       restarted): a psql and a backend started ten times a
-#                       second take most of a core on these machines
-#   $node->poll_value($db, $query)
-#                       $query's output once it is not empty (undef after
-#                       the timeout), polled the same way
-#   $node->psql_verbose($db, $sql, %params)
-#                       psql() with the SQLSTATE in every message
-#   $node->psql_fails_like($db, $sql, $re, $name, %params)
-#                       ok() that it fails, with no output, with an error
-#                       matching $re; returns the error
-#
-# Claims, on a database with dedup installed:
-#   DedupNode::LATEST_CLAIM
-#                       the latest claim of add_expired(), a fixed date that
-#                       keeps windows exact
-#   $node->add_expired($db, $consumer, $n)
-#                       $n claims an hour apart, the latest at LATEST_CLAIM:
-#                       with a window of an hour, two stay (m0 and m1)
-#   $node->count_of($db, $consumer, $where)
-#                       the consumer's records (that match $where)
-#   $node->consumer_counts($db, $where)
-#                       every consumer's records (matching $where), as
-#                       "name=n,name=n"
-#
-# The sweeper:
-#   $node->sweep($db)   wake the launcher; once a sweep of $db that started
-#                       afterwards has ended, its outcome (undef if none)
-#   $node->sweep_until($db, $outcome)
-#                       sweep() until a sweep ends with $outcome: true, or
-#                       false after the timeout
-#   $node->wait_sweep_after($db, $since)
-#                       as sweep(), for a sweep started after $since (a
-#                       clock_timestamp() of the server)
-#   $node->watch_sweep($db, $query, $before)
-#                       run $before (SQL, may be empty), wake the launcher and
-#                       watch from inside the server, for what is too short
-#                       for a poll: ($since, the wake-up's clock_timestamp(),
-#                       and the first column of $query once it returns a
-#                       row, '' if a sweep of $db that started after $since
-#                       ended first)
-#   $node->watch_sweeper_wait($db, $event, $before)
-#                       watch_sweep() for the sweeper of $db in the wait
-#                       $event of type Extension, as PostgreSQL 17 and later
-#                       name it (on 15 every such wait is "Extension"):
-#                       ($since, 't' once seen, '' if not)
-#   $node->wait_sweeping_stopped($db)
-#                       ok() once no sweep of $db has started for 2.5 s
-#   $node->launcher_pid
-#                       the launcher's pid ('' if none runs)
-#   $node->wait_launcher($old_pid)
-#                       until a launcher other than $old_pid runs: its pid,
-#                       or undef after the timeout
-#
-# The server log (from byte $offset on, e.g. -s $node->logfile):
-#   $node->log_since($offset)
-#   $node->log_count($offset, $re)           matches of $re
-#   $node->wait_log_count($offset, $re, $n)  until $n matches: true, or false
-#                                            after the timeout
-#   $node->sweeper_starts($offset, $db)      sweepers the postmaster started
-#                                            in $db (logged at DEBUG1)
-#   $node->wait_sweeper_starts($offset, $db, $n)
-#   $node->log_entries($offset, $re)         entries (a line and its
-#                                            continuation lines, and its
-#                                            CONTEXT line: a sweeper's
-#                                            names its database) matching
-#                                            $re, but for the echo of
-#                                            statements and their STATEMENT
-#                                            lines
-#   $node->log_problems($offset)             entries of severity WARNING or
-#                                            worse
-#
+
+=pod
+
+=head1 NAME
+
+DedupNode - the TAP tests' cluster: a PostgreSQL::Test::Cluster with
+dedup's settings and dedup's waits
+
+=head1 SYNOPSIS
+
+  use FindBin;
+  use lib "$FindBin::Bin/../perl";
+  use DedupNode;
+  use PostgreSQL::Test::Utils;
+  use Test::More;
+
+  my $node = DedupNode->create('example', sweeps => 'on request');
+  $node->safe_psql('postgres', 'CREATE EXTENSION dedup');
+  $node->add_expired('postgres', 'orders', 5);
+  ok($node->sweep_until('postgres', 'done'), 'a sweep ended done');
+
+=head1 DESCRIPTION
+
+A test file states only what is particular to it.  Works with the TAP
+modules of PostgreSQL 15, 17 and 18 (whose constructor is new($name) in
+each of them).  Of the base class it overrides init(), on PostgreSQL 15
+only, to copy the cluster that INITDB_TEMPLATE names as 17 and later do
+themselves, and poll_query_until() (see below).  It uses the base class's
+wait_for_log() where that serves (wait_log_count() for one match), and
+adds nothing that the base class of every supported version has: the
+base's log_contains($re, $offset) and background_psql() are there for
+tests to use as they are.
+
+Run one test (dedup installed in the server that pg_config names, as a
+user that may create clusters; PROVE_TESTS takes several files, or a
+glob):
+
+  make installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/021_sweeper_lifecycle.pl
+
+or as root, installing what the test needs first (test/setup.sh):
+
+  sudo test/run.sh REGRESS= ISOLATION= PROVE_TESTS=test/t/021_sweeper_lifecycle.pl
+
+Its log is tmp_check/log/regress_log_021_sweeper_lifecycle, its server's
+tmp_check/log/021_sweeper_lifecycle_<node>.log.  Every wait below gives up
+after the PostgreSQL test default (PG_TEST_TIMEOUT_DEFAULT, 180 s).
+
+=head1 THE CLUSTER
+
+=over
+
+=item DedupNode->create($name, preload => 1, sweeps => PRESET, conf => {name => value}, init => {...})
+
+new(), init(%init), dedup's settings and conf (values unquoted), start.
+preload (default 1): dedup in shared_preload_libraries.  sweeps, one of:
+C<'every second'> (dedup.sweep_interval = 1s, dedup.retention = 1h, and
+the postmaster logs each worker it starts: log_min_messages = debug1);
+C<'on request'> (dedup.retention = 1h, an hour between sweeps: only a
+wake-up sweeps); C<'off'> (dedup.sweep_enabled = off).  Without sweeps:
+dedup's defaults.
+
+=item $node->set_config($name, $value, $shown)
+
+ALTER SYSTEM SET (RESET for an undef $value), reload; ok() once new
+sessions show $shown (polled with a new session each time: the
+postmaster, which starts them, has reloaded).
+
+=item $node->poll_query_until($db, $query, $expected)
+
+As the base class's (true once $query prints $expected, default 't', and
+no error), but every attempt goes through one psql session for the whole
+wait (a new one only after it ended, e.g. the server restarted): a psql
+and a backend started ten times a second take most of a core on these
+machines.  Its own session rather than the base's background_psql(): an
+attempt must see the whole of its standard error, survive the server's
+restart (a new session, not an error) and be given up after 10 s without
+an answer (a connection made during crash recovery can wait for ever),
+which background_psql() does not do in every supported minor release.
+
+=item $node->poll_value($db, $query)
+
+$query's output once it is not empty (undef after the timeout), polled
+the same way.
+
+=item $node->psql_verbose($db, $sql, %params)
+
+psql() with the SQLSTATE in every message.
+
+=item $node->psql_fails_like($db, $sql, $re, $name, %params)
+
+ok() that it fails, with no output, with an error matching $re; returns
+the error.
+
+=back
+
+=head1 CLAIMS
+
+On a database with dedup installed.
+
+=over
+
+=item DedupNode::LATEST_CLAIM
+
+The latest claim of add_expired(), a fixed date that keeps windows exact.
+
+=item $node->add_expired($db, $consumer, $n)
+
+$n claims an hour apart, the latest at LATEST_CLAIM: with a window of an
+hour, two stay (m0 and m1).
+
+=item $node->count_of($db, $consumer, $where)
+
+The consumer's records (that match $where).
+
+=item $node->consumer_counts($db, $where)
+
+Every consumer's records (matching $where), as "name=n,name=n".
+
+=back
+
+=head1 THE SWEEPER
+
+=over
+
+=item $node->sweep($db)
+
+Wake the launcher; once a sweep of $db that started afterwards has ended,
+its outcome (undef if none).
+
+=item $node->sweep_until($db, $outcome)
+
+sweep() until a sweep ends with $outcome: true, or false after the
+timeout.
+
+=item $node->wait_sweep_after($db, $since)
+
+As sweep(), for a sweep started after $since (a clock_timestamp() of the
+server).
+
+=item $node->watch_sweep($db, $query, $before)
+
+Run $before (SQL, may be empty), wake the launcher and watch from inside
+the server, for what is too short for a poll: ($since, the wake-up's
+clock_timestamp(), and the first column of $query once it returns a row,
+'' if a sweep of $db that started after $since ended first).
+
+=item $node->watch_sweeper_wait($db, $event, $before)
+
+watch_sweep() for the sweeper of $db in the wait $event of type
+Extension, as PostgreSQL 17 and later name it (on 15 every such wait is
+"Extension"): ($since, 't' once seen, '' if not).
+
+=item $node->wait_sweeping_stopped($db)
+
+ok() once no sweep of $db has started for 2.5 s.
+
+=item $node->launcher_pid
+
+The launcher's pid ('' if none runs).
+
+=item $node->wait_launcher($old_pid)
+
+Until a launcher other than $old_pid runs: its pid, or undef after the
+timeout.
+
+=back
+
+=head1 THE SERVER LOG
+
+From byte $offset on, e.g. C<-s $node-E<gt>logfile>.  The base class has
+wait_for_log($re, $offset) (dies after the timeout) and
+log_contains($re, $offset); these count, and return false rather than
+die.
+
+=over
+
+=item $node->log_since($offset)
+
+The log from $offset on.
+
+=item $node->log_count($offset, $re)
+
+Matches of $re.
+
+=item $node->wait_log_count($offset, $re, $n)
+
+Until $n matches: true, or false after the timeout (for one match, the
+base class's wait_for_log()).
+
+=item $node->sweeper_starts($offset, $db)
+
+Sweepers the postmaster started in $db (logged at DEBUG1).
+
+=item $node->wait_sweeper_starts($offset, $db, $n)
+
+Until $n of them: true, or false after the timeout.
+
+=item $node->log_entries($offset, $re)
+
+Entries (a line and its continuation lines, and its CONTEXT line: a
+sweeper's names its database) matching $re, but for the echo of
+statements and their STATEMENT lines.
+
+=item $node->log_problems($offset)
+
+Entries of severity WARNING or worse.
+
+=back
+
+=cut
+
 package DedupNode;
 
 use strict;
@@ -435,6 +533,7 @@ sub log_count
 sub wait_log_count
 {
 	my ($self, $offset, $re, $n) = @_;
+	return defined eval { $self->wait_for_log($re, $offset) } if $n == 1;
 	return wait_until(sub { $self->log_count($offset, $re) >= $n });
 }
 
