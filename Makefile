@@ -37,24 +37,30 @@ OBJS = \
 	src/sweeper/sweep_vacuum.o \
 	src/sweeper/sweeper_state.o \
 	src/sweeper/launcher.o \
-	src/sweeper/sweeper.o
+	src/sweeper/sweeper.o \
+	src/outbox/origin.o \
+	src/outbox/publish.o \
+	src/outbox/maintain.o
 
 EXTENSION = dedup
 # the current version's script (a fresh install), 1.0's and the updates
 # (older versions, and every database on one)
 DATA = sql/dedup--1.3.sql sql/dedup--1.0.sql \
-	sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql sql/dedup--1.2--1.3.sql
+	sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql sql/dedup--1.2--1.3.sql \
+	sql/dedup--1.3--1.4.sql
 DOCS = doc/use.md doc/streams.md doc/operations.md doc/citus.md \
-	doc/security.md doc/reference.md doc/performance.md
+	doc/security.md doc/reference.md doc/performance.md doc/outbox.md
 PGFILEDESC = "dedup - transactional message deduplication"
+# the outbox's relay (python3), installed into the server's bindir
+SCRIPTS = src/relay/dedup_relay
 
-REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated
+REGRESS = install_lookalikes claim claim_many try_claim records claim_errors claim_security schema_swap table_tampering table_arbiters claimants retention retention_windows stats consumer_storage stream_claim stream_security stream_stats colocated outbox
 
 ISOLATION = claim-read-committed claim-repeatable-read claim-serializable \
 	claim-savepoint claim-three-sessions claim-counters claim-many try-claim \
 	sweep-lock claimant-map try-claim-arbiters \
 	stream-read-committed stream-repeatable-read stream-rebalance \
-	claim-invalidation forget-beside-claim
+	claim-invalidation forget-beside-claim outbox-lease outbox-destinations
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=dedup
 
 TAP_TESTS = 1

@@ -107,7 +107,7 @@ listed AS (
 	  FROM e, regexp_matches(
 				pg_read_file((SELECT setting FROM pg_config WHERE name = 'SHAREDIR')
 							 || '/extension/dedup--' || script || '.sql'),
-				'''(table|view|index|type|function) ([^'' ]+)''', 'g') AS m)
+				'''(table|view|index|sequence|type|function) ([^'' ]+)''', 'g') AS m)
 SELECT 'not in the guard: ' || pg_describe_object(d.classid, d.objid, 0)
   FROM pg_depend d
   JOIN e ON d.refobjid = e.oid
@@ -126,7 +126,7 @@ SELECT d.classid, d.objid
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'dedup'
  WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e';
 
--- every other path to 1.3: from 1.0, from 1.2, and a fresh install
+-- every other path to 1.4: from 1.0, from 1.2, from 1.3, and a fresh install
 CREATE EXTENSION dedup VERSION '1.0';
 INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.1';
@@ -139,12 +139,22 @@ TRUNCATE members_then;
 INSERT INTO members_then SELECT * FROM member_oids;
 ALTER EXTENSION dedup UPDATE TO '1.3';
 SELECT * FROM pg_temp.unguarded('1.2--1.3');
+TRUNCATE members_then;
+INSERT INTO members_then SELECT * FROM member_oids;
+ALTER EXTENSION dedup UPDATE TO '1.4';
+SELECT * FROM pg_temp.unguarded('1.3--1.4');
 SELECT * FROM foreign_uses ORDER BY 1, 2;
 SELECT * FROM public_privileges ORDER BY 1, 2;
 DROP EXTENSION dedup;
 
 CREATE EXTENSION dedup VERSION '1.2';
 ALTER EXTENSION dedup UPDATE TO '1.3';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+SELECT * FROM public_privileges ORDER BY 1, 2;
+DROP EXTENSION dedup;
+
+CREATE EXTENSION dedup VERSION '1.3';
+ALTER EXTENSION dedup UPDATE TO '1.4';
 SELECT * FROM foreign_uses ORDER BY 1, 2;
 SELECT * FROM public_privileges ORDER BY 1, 2;
 DROP EXTENSION dedup;
@@ -200,6 +210,34 @@ SELECT extversion FROM pg_extension WHERE extname = 'dedup';
 UNION ALL (SELECT * FROM members_before EXCEPT ALL SELECT * FROM members);
 DROP FUNCTION dedup_claim_offsets(text, text, integer, bigint[]);
 ALTER EXTENSION dedup UPDATE TO '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+SELECT * FROM foreign_uses ORDER BY 1, 2;
+
+-- 1.4's outbox table, then its publish function and its identity sequence
+ALTER EXTENSION dedup UPDATE TO '1.3';
+TRUNCATE members_before;
+INSERT INTO members_before SELECT * FROM members;
+CREATE TABLE dedup_outbox (x int);
+ALTER TABLE dedup_outbox OWNER TO regress_dedup_planter;
+ALTER EXTENSION dedup UPDATE TO '1.4';
+\echo :LAST_ERROR_SQLSTATE
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+DROP TABLE dedup_outbox;
+CREATE FUNCTION dedup_publish(destination text, payload text, key text, headers jsonb)
+	RETURNS text LANGUAGE sql AS 'SELECT ''planted''::text';
+ALTER FUNCTION dedup_publish(text, text, text, jsonb) OWNER TO regress_dedup_planter;
+ALTER EXTENSION dedup UPDATE TO '1.4';
+\echo :LAST_ERROR_SQLSTATE
+SELECT extversion FROM pg_extension WHERE extname = 'dedup';
+(SELECT * FROM members EXCEPT ALL SELECT * FROM members_before)
+UNION ALL (SELECT * FROM members_before EXCEPT ALL SELECT * FROM members);
+DROP FUNCTION dedup_publish(text, text, text, jsonb);
+CREATE SEQUENCE dedup_outbox_seq_seq;
+ALTER SEQUENCE dedup_outbox_seq_seq OWNER TO regress_dedup_planter;
+ALTER EXTENSION dedup UPDATE TO '1.4';
+\echo :LAST_ERROR_SQLSTATE
+DROP SEQUENCE dedup_outbox_seq_seq;
+ALTER EXTENSION dedup UPDATE TO '1.4';
 SELECT extversion FROM pg_extension WHERE extname = 'dedup';
 SELECT * FROM foreign_uses ORDER BY 1, 2;
 DROP EXTENSION dedup;

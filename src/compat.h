@@ -174,4 +174,16 @@ dedup_wait_event(const char *name, uint32 *event)
 #endif
 }
 
+/*
+ * A logical decoding message in WAL, not flushed at once (17 added the
+ * choice); replication/message.h declares it
+ */
+#if PG_VERSION_NUM >= 170000
+#define dedup_log_logical_message(prefix, message, size, transactional) \
+	LogLogicalMessage((prefix), (message), (size), (transactional), false)
+#else
+#define dedup_log_logical_message(prefix, message, size, transactional) \
+	LogLogicalMessage((prefix), (message), (size), (transactional))
+#endif
+
 #endif							/* DEDUP_COMPAT_H */

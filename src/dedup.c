@@ -24,10 +24,9 @@
 #include "compat.h"
 #include "guc.h"
 #include "stats/claim_stats.h"
-#include "sweeper/launcher.h"
-#include "sweeper/sweeper_state.h"
+#include "sweeper/sweeper.h"
 
-DEDUP_MODULE_MAGIC("dedup", "1.3");
+DEDUP_MODULE_MAGIC("dedup", "1.4");
 
 void		_PG_init(void);
 

@@ -20,6 +20,7 @@
 #include "utils/varlena.h"
 
 #include "guc.h"
+#include "outbox/outbox.h"
 
 bool		dedup_sweep_enabled = true;
 int			dedup_retention = 7 * 24 * 60 * 60;
@@ -174,5 +175,6 @@ dedup_define_gucs(void)
 								NULL, NULL, NULL);
 	}
 
+	dedup_outbox_define_gucs();
 	MarkGUCPrefixReserved("dedup");
 }

@@ -2,7 +2,8 @@
 # test/demo.sh: set everything up on a fresh Debian 12 machine and show dedup
 # doing its job on a throwaway cluster, which is removed afterwards: a few
 # claims by hand (test/demo.sql), then a private RabbitMQ node with consumers
-# that crash (test/demo_broker.pl), ending with a one-line summary.
+# that crash and a chain of two services through dedup's outbox and
+# dedup_relay (test/demo_broker.pl), ending with a summary line of each.
 #
 #   sudo test/demo.sh
 #

@@ -5,8 +5,11 @@
 # would); consumers of doc/examples/rabbitmq_consumer.py apply them with dedup_claim
 # while failing: one commits 5 messages and dies before acking them, one
 # dies inside a transaction, one nacks committed messages, next to a steady
-# one.  Prints one summary line.  Runs against the cluster at PGHOST/PGPORT
-# (database PGDATABASE, where dedup is installed), as its owner.
+# one.  Then a chain of two services through dedup's outbox (database
+# "chain": doc/examples/outbox_service.py twice, dedup_relay between them,
+# each crashing once; see chain() below).  Prints a summary line of each.
+# Runs against the cluster at PGHOST/PGPORT (database PGDATABASE, where
+# dedup is installed), as its owner.
 #
 use strict;
 use warnings;
@@ -16,6 +19,7 @@ use FindBin;
 use lib "$FindBin::Bin/perl";
 use DedupBroker;
 use DedupConsumers;
+use DedupProcess;
 use DedupTools;
 use IPC::Run;
 
@@ -74,6 +78,7 @@ $consumers->wait_drained('payments', scalar(@copies))
   or die "the queue did not drain\n";
 signal($control, 'stop');
 $consumers->stop(@h);
+my $chain = chain();
 $broker->stop;
 
 my @d = $consumers->deliveries;
@@ -88,4 +93,72 @@ printf "published %d (+%d producer retries) · deliveries %d · consumer crashes
 print $ok
   ? "every message applied exactly once, none lost\n"
   : "WRONG: $applied applications of $distinct messages, $records records\n";
-exit($ok ? 0 : 1);
+print "$chain->{line}\n";
+exit($ok && $chain->{ok} ? 0 : 1);
+
+# The chain (database "chain", dedup's outbox in table mode): service A
+# (doc/examples/outbox_service.py) consumes "orders", claims, updates its
+# ledger and publishes to "shipments" in one transaction; dedup_relay moves
+# the outbox to RabbitMQ; service B consumes "shipments", claims, updates.
+# A is killed with SIGKILL midway, the first relay kills itself after the
+# broker's confirm and before marking its batch sent (its test hook): B
+# gets that batch twice and its claims skip the copies.
+sub chain
+{
+	my $service = "$FindBin::Bin/../doc/examples/outbox_service.py";
+	my $relay = "$FindBin::Bin/../src/relay/dedup_relay";
+	my $n = 100;
+	print "== the chain: orders -> A (claim, update, dedup_publish) -> relay -> shipments -> B (claim, update)\n";
+	psql('CREATE DATABASE chain');
+	local $ENV{PGDATABASE} = 'chain';
+	psql(q{
+CREATE EXTENSION dedup;
+CREATE TABLE ledger (service text, key text, total bigint NOT NULL, PRIMARY KEY (service, key));
+CREATE TABLE applied (seq bigserial PRIMARY KEY, service text NOT NULL, message_id text NOT NULL,
+                      origin text NOT NULL, key text, n integer, amount bigint);
+SELECT dedup_add_destination('shipments');
+});
+	my $dsn = join(' ', "dbname=chain", map { defined $ENV{"PG\U$_"} ? ("$_=" . $ENV{"PG\U$_"}) : () } qw(host port user));
+	my $amqp = "amqp://guest:guest\@127.0.0.1:$broker->{amqp_port}/%2F";
+	my %n;
+	my @orders = map {
+		my $key = 'customer-' . (1 + $_ % 7);
+		{ message_id => sprintf('order-%04d', $_), key => $key, n => ++$n{$key}, amount => $_ }
+	} 1 .. $n;
+	$broker->publish('orders', \@orders) == $n or die "produce failed\n";
+	my %pid;
+	my $start = sub {
+		my ($name, $env, @args) = @_;
+		$pid{$name} = spawn_session("$tmp/$name.log", $env, $python, @args);
+		stop_at_exit($pid{$name}, 10);
+	};
+	my $applied = sub { psql("SELECT count(DISTINCT origin) FROM applied WHERE service = '$_[0]'") };
+	$start->('b', {}, $service, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'shipments', '--consumer', 'shipping');
+	$start->('a', {}, $service, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'orders',
+		'--consumer', 'orders', '--publish', 'shipments', '--work-ms', 10);
+	$start->('relay', { DEDUP_RELAY_TEST_CRASH => 'after-confirm' }, $relay, '--mode', 'table',
+		'--dsn', $dsn, '--amqp', $amqp, '--batch', 20, '--poll', 0.05, '--max-backoff', 1);
+	wait_until(sub { $applied->('orders') >= 30 }) or die "A did not start\n";
+	kill('KILL', $pid{a});
+	waitpid($pid{a}, 0);
+	forget_pid($pid{a});
+	$start->('a', {}, $service, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'orders',
+		'--consumer', 'orders', '--publish', 'shipments', '--work-ms', 10);
+	waitpid($pid{relay}, 0);    # it killed itself after a confirm
+	forget_pid($pid{relay});
+	$start->('relay', {}, $relay, '--mode', 'table', '--dsn', $dsn, '--amqp', $amqp, '--poll', 0.05);
+	my $done = wait_until(sub { $applied->('shipping') >= $n });
+	stop_group($pid{$_}, 10) for qw(relay a b);
+	my ($a_rows, $b_rows, $b_ids) = split /\|/, psql(q{
+SELECT count(*) FILTER (WHERE service = 'orders'), count(*) FILTER (WHERE service = 'shipping'),
+       count(DISTINCT origin) FILTER (WHERE service = 'shipping') FROM applied});
+	my $dups = () = read_file("$tmp/b.log") =~ /"claim": false/g;
+	my $resent = psql('SELECT count(*) FROM dedup_outbox WHERE attempts > 1');
+	my $ok = $done && $a_rows == $n && $b_rows == $n && $b_ids == $n;
+	return {
+		ok => $ok,
+		line => sprintf('chain: %d orders · A killed once, applied %d · relay killed after a confirm, %d messages leased again · B applied %d, duplicates suppressed %d · %s',
+			$n, $a_rows, $resent, $b_rows, $dups,
+			$ok ? 'every order applied exactly once at both hops, none lost' : 'WRONG')
+	};
+}

@@ -33,6 +33,7 @@
 #include "claim/claim.h"
 #include "guc.h"
 #include "keys.h"
+#include "outbox/outbox.h"
 #include "stats/claim_stats.h"
 #include "tables/relations.h"
 
@@ -135,6 +136,8 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		}
 		PG_END_TRY();
 		outcomes[keys[done].position] = outcome;
+		if (outcome == CLAIM_CLAIMED)
+			dedup_outbox_note_claim(consumer, nkeys == 1 ? keys[done].key : NULL);
 		if (outcome != CLAIM_IN_PROGRESS)
 			dedup_stats_tally(&frame.tally,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,

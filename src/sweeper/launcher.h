@@ -8,7 +8,6 @@
 #ifndef DEDUP_LAUNCHER_H
 #define DEDUP_LAUNCHER_H
 
-extern void dedup_register_launcher(void);
 extern PGDLLEXPORT void dedup_launcher_main(Datum main_arg);
 
 #endif							/* DEDUP_LAUNCHER_H */

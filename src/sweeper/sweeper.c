@@ -29,10 +29,12 @@
  * runs past it; a sweep stopped so ends partial.
  *
  * It runs no SQL on processed_messages: rows are found and deleted through
- * the table's index, by OID (sweep.c).  On a Citus coordinator it then
- * sweeps the colocated records tables with distributed DELETEs through
- * SPI (colocated_sweep.c, sweeper_sweep_colocated), each table as its owner
- * and on its own: one that fails does not stop the others.  Each sweep
+ * the table's index, by OID (sweep.c).  Then it deletes the sent outbox
+ * messages past dedup.outbox_retention, in batches (outbox/maintain.c).
+ * On a Citus coordinator it then sweeps the colocated records tables with
+ * distributed DELETEs through SPI (colocated_sweep.c,
+ * sweeper_sweep_colocated), each table as its owner and on its own: one
+ * that fails does not stop the others.  Each sweep
  * transaction of processed_messages runs as dedup.sweep_role, or else the
  * owner of the table, in a security-restricted operation (as VACUUM and
  * REFRESH MATERIALIZED VIEW run as the table's owner), and only if that
@@ -101,6 +103,7 @@
 #include "citus/citus.h"
 #include "compat.h"
 #include "guc.h"
+#include "outbox/outbox.h"
 #include "retention/retention.h"
 #include "sweeper/sweep_pace.h"
 #include "sweeper/sweep_vacuum.h"
@@ -645,6 +648,8 @@ sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 			dedup_sweeper_progress(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
+	if (dedup_outbox_sweep_sent(deadline, pace, sweeper_database_wanted) != DEDUP_SWEEP_DONE)
+		return DEDUP_SWEEP_PARTIAL;
 	return sweeper_sweep_colocated(deadline);
 }
 

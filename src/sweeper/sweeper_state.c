@@ -50,6 +50,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "sweeper/sweeper.h"
 #include "sweeper/sweeper_state.h"
 
 #define SWEEPER_STATE_TRANCHE "dedup_sweeper_state"

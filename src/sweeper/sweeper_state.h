@@ -27,10 +27,6 @@ typedef enum DedupSweepOutcome
 	DEDUP_SWEEP_NO_EXTENSION	/* dedup is not installed there */
 } DedupSweepOutcome;
 
-/* shared memory: dedup.c's hooks */
-extern void dedup_sweeper_shmem_request(void);
-extern void dedup_sweeper_shmem_startup(void);
-
 /* the launcher: which databases it tracks, and their schedule */
 extern void dedup_launcher_attach(void);
 extern void dedup_untrack_unlisted(List *listed);

@@ -90,6 +90,18 @@ static bool callback_registered = false;
 /* run at every lookup, before the tables are checked (dedup_relations_guard) */
 static DedupRelationsGuard relations_guard = NULL;
 
+/*
+ * The guard, which _PG_init sets on every load: a lookup without one fails
+ * rather than go on unguarded.
+ */
+static void
+run_guard(const DedupRelations *rels)
+{
+	if (relations_guard == NULL)
+		elog(ERROR, "dedup: the table lookup has no guard set");
+	relations_guard(rels);
+}
+
 static void
 relations_invalidate(Datum arg, Oid relid)
 {
@@ -616,8 +628,7 @@ relations_load(DedupRelations *rels)
 	rels->colocated = member_table(rels->extension, rels->schema,
 								   "dedup_colocated_tables");
 	/* before the checks of the tables' shape, which Citus also changes */
-	if (relations_guard != NULL)
-		relations_guard(rels);
+	run_guard(rels);
 
 	/*
 	 * Each table is locked before it is looked at.  DROP EXTENSION may hold
@@ -734,8 +745,7 @@ dedup_relations(bool missing_ok)
 		cached = rels;
 		cached_valid = true;
 	}
-	if (relations_guard != NULL)
-		relations_guard(&cached);
+	run_guard(&cached);
 	return &cached;
 }
 

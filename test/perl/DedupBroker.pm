@@ -26,6 +26,12 @@
 #   $b->queue($queue)        {messages => ready, consumers => n}, or undef
 #   $b->depth($queue)        messages ready (-1: could not ask)
 #   $b->ctl(@args)           (stdout, stderr) of rabbitmqctl
+#   $b->restart              stop the node (SIGTERM, a clean shutdown) and
+#                            start it again with the same ports, name and
+#                            data (its durable queues and persistent
+#                            messages survive), keeping its epmd; returns
+#                            the stopped node's wait status (undef if it
+#                            had to be killed); wait_ready afterwards
 #   $b->stop                 SIGTERM the node (a clean shutdown), then its
 #                            epmd; returns status (the node's wait status,
 #                            undef if it had to be killed), leftovers (its
@@ -121,10 +127,30 @@ CONF
 		return $self;
 	}
 
-	$self->{pid} = spawn_session("$dir/log/stdout.log", $self->{env}, $server);
-	# stopped before epmd (in the reverse order)
-	stop_at_exit($self->{pid}, test_timeout());
+	$self->{server} = $server;
+	$self->spawn_node;
 	return $self;
+}
+
+# start the node's process (stopped at exit, before epmd: the reverse order)
+sub spawn_node
+{
+	my ($self) = @_;
+	$self->{pid} = spawn_session("$self->{log}/stdout.log", $self->{env}, $self->{server});
+	stop_at_exit($self->{pid}, test_timeout());
+	return;
+}
+
+sub restart
+{
+	my ($self) = @_;
+	my @tree = process_tree($self->{pid});
+	my $status = stop_group($self->{pid}, test_timeout());
+	forget_pid($self->{pid});
+	wait_until(sub { !grep { alive($_) } @tree }, 0.05);
+	@$self{qw(ready error started)} = (0, undef, time());
+	$self->spawn_node;
+	return $status;
 }
 
 sub wait_ready

@@ -46,11 +46,17 @@ END
 	$? = $status;
 }
 
-# exit (not die, which an eval could catch) so that END stops what we started
+# exit (not die, which an eval could catch) so that END stops what we started;
+# a child of spawn_session() signalled before its exec has started nothing and
+# leaves at once (its END blocks would stop the test's processes and servers)
 sub catch_signals
 {
-	$SIG{$_} = sub { print STDERR "killed by SIG$_[0]\n"; exit(1) }
-	  for qw(INT TERM HUP);
+	my $owner = $$;
+	$SIG{$_} = sub {
+		POSIX::_exit(1) if $$ != $owner;
+		print STDERR "killed by SIG$_[0]\n";
+		exit(1);
+	} for qw(INT TERM HUP);
 	return;
 }
 

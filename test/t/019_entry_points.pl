@@ -67,7 +67,8 @@ CREATE DATABASE $db OWNER gate_owner;
 });
 # the claim functions as README "Let the application claim", "A whole
 # batch", "Catch a reused id", "Operating positions" and "Records colocated
-# with the business rows" grant them; "Maintenance roles" for ops
+# with the business rows" grant them, and dedup_publish as doc/outbox.md
+# does; "Maintenance roles" for ops
 $node->safe_psql($db, qq{
 SET ROLE gate_super;
 CREATE SCHEMA $schema;
@@ -80,7 +81,8 @@ GRANT EXECUTE ON FUNCTION
 	$schema.dedup_claim_offsets(text, text, integer, bigint[]),
 	$schema.dedup_stream_positions(text, text),
 	$schema.dedup_claim_routed(regclass, text, text, text),
-	$schema.dedup_claim_routed_many(regclass, text, text, text[])
+	$schema.dedup_claim_routed_many(regclass, text, text, text[]),
+	$schema.dedup_publish(text, text, text, jsonb)
 	TO gate_app;
 GRANT EXECUTE ON FUNCTION $schema.dedup_set_retention(text, interval),
 	$schema.dedup_keep_forever(text), $schema.dedup_reset_retention(text),

@@ -64,7 +64,7 @@ my $top   = "$FindBin::Bin/../..";
 my @files = map { "$top/$_" } (
 	'README.md',
 	map { "doc/$_.md" }
-	  qw(use streams operations citus security reference performance));
+	  qw(use streams operations citus security reference performance outbox));
 
 # postgresql.conf as the README's quick start has it (sweeps on request)
 my $node = DedupNode->create(

@@ -1,0 +1,203 @@
+/*-------------------------------------------------------------------------
+ *
+ * origin.c
+ *	  The ids of published messages.  The claim path (claim.c) tells this
+ *	  file of every claim that answered true; dedup_publish() asks it for
+ *	  the id of each message it publishes.
+ *
+ * While the transaction's most recent successful claim is alive -- made in
+ * this transaction, and not rolled back to a savepoint -- every message
+ * published has an id derived from it: the first 16 bytes of
+ *
+ *	 SHA-256("dedup-outbox-v1" || 0x00 || part(consumer) ||
+ *			 part(incoming message id) || part(destination) || be32(ordinal))
+ *
+ * where part(s) is be32(octet length of s) || the bytes of s (in the
+ * database encoding), be32 a 32-bit big-endian integer and ordinal the
+ * place of this publish since that claim (1, 2, ...: every dedup_publish()
+ * call, whatever its destination, including those rolled back to a
+ * savepoint since), formatted as a UUID of version 8 (RFC 9562: the
+ * version nibble 8, the variant bits 10).  Handling the same incoming
+ * message again (after it was forgotten, or rolled back) publishing the
+ * same messages in the same order yields the same ids, and the next hop's
+ * dedup_claim() skips what it has processed.  A claim of a batch
+ * (dedup_claim_many with more than one key) has no single incoming
+ * message: after it, as without any claim, ids are random (version 4).
+ *
+ * What is remembered lives in TopTransactionContext and is forgotten at the
+ * end of the transaction, and when the subtransaction of the claim (or one
+ * around it) aborts: the transaction and subtransaction callbacks below,
+ * registered at the first claim.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "port/pg_bswap.h"
+#include "utils/memutils.h"
+
+#include "outbox/outbox.h"
+
+/* the claim the ids are derived from */
+typedef struct OutboxOrigin
+{
+	bool		valid;
+	SubTransactionId subid;		/* where the claim was made */
+	char	   *consumer;		/* in TopTransactionContext */
+	uint32		consumer_len;
+	char	   *message_id;
+	uint32		message_id_len;
+	uint32		ordinal;		/* publishes since the claim */
+} OutboxOrigin;
+
+static OutboxOrigin origin;
+static bool origin_callbacks = false;
+
+/* The end of the transaction forgets the claim (its memory goes with it). */
+static void
+origin_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			origin.valid = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction that aborts takes a claim made in it, or in one started
+ * inside it, with it: those have IDs at least its own.
+ */
+static void
+origin_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && origin.valid &&
+		origin.subid >= mySubid)
+		origin.valid = false;
+}
+
+/*
+ * The claim of message_id for consumer answered true: the messages
+ * published from now on derive their ids from it.  message_id NULL: a
+ * batch was claimed; they are random again.
+ */
+void
+dedup_outbox_note_claim(text *consumer, text *message_id)
+{
+	if (!origin_callbacks)
+	{
+		RegisterXactCallback(origin_xact_callback, NULL);
+		RegisterSubXactCallback(origin_subxact_callback, NULL);
+		origin_callbacks = true;
+	}
+	if (origin.valid)
+	{
+		pfree(origin.consumer);
+		pfree(origin.message_id);
+		origin.valid = false;
+	}
+	if (message_id == NULL)
+		return;
+
+	origin.consumer_len = VARSIZE_ANY_EXHDR(consumer);
+	origin.consumer = MemoryContextAlloc(TopTransactionContext,
+										 Max(origin.consumer_len, 1));
+	memcpy(origin.consumer, VARDATA_ANY(consumer), origin.consumer_len);
+	origin.message_id_len = VARSIZE_ANY_EXHDR(message_id);
+	origin.message_id = MemoryContextAlloc(TopTransactionContext,
+										   Max(origin.message_id_len, 1));
+	memcpy(origin.message_id, VARDATA_ANY(message_id), origin.message_id_len);
+	origin.subid = GetCurrentSubTransactionId();
+	origin.ordinal = 0;
+	origin.valid = true;
+}
+
+/* Feed bytes to the hash, or raise its error */
+static void
+origin_hash(pg_cryptohash_ctx *ctx, const void *data, size_t len)
+{
+	if (pg_cryptohash_update(ctx, data, len) < 0)
+		elog(ERROR, "could not compute a message id: %s",
+			 pg_cryptohash_error(ctx));
+}
+
+/* Feed one part, its length (32 bits, big-endian) then its bytes */
+static void
+origin_hash_part(pg_cryptohash_ctx *ctx, const char *data, uint32 len)
+{
+	uint32		be = pg_hton32(len);
+
+	origin_hash(ctx, &be, sizeof(be));
+	origin_hash(ctx, data, len);
+}
+
+/* bytes[0..15] as a UUID's text, with its version; 37 bytes at id */
+static void
+origin_format(uint8 *bytes, int version, char *id)
+{
+	static const char hex[] = "0123456789abcdef";
+	char	   *p = id;
+
+	bytes[6] = (bytes[6] & 0x0f) | (version << 4);
+	bytes[8] = (bytes[8] & 0x3f) | 0x80;
+	for (int i = 0; i < 16; i++)
+	{
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*p++ = '-';
+		*p++ = hex[bytes[i] >> 4];
+		*p++ = hex[bytes[i] & 0x0f];
+	}
+	*p = '\0';
+}
+
+/*
+ * The id of the next message published to destination (destination_len
+ * bytes), written at id (DEDUP_OUTBOX_ID_LEN + 1 bytes): derived from the
+ * transaction's live claim if there is one, else random.
+ */
+void
+dedup_outbox_next_id(const char *destination, int destination_len, char *id)
+{
+	static const char tag[] = "dedup-outbox-v1";
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	pg_cryptohash_ctx *ctx;
+	uint32		be;
+
+	if (!origin.valid)
+	{
+		if (!pg_strong_random(digest, 16))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate a random message id")));
+		origin_format(digest, 4, id);
+		return;
+	}
+
+	origin.ordinal++;
+	ctx = pg_cryptohash_create(PG_SHA256);
+	if (ctx == NULL || pg_cryptohash_init(ctx) < 0)
+		elog(ERROR, "could not compute a message id: %s",
+			 pg_cryptohash_error(ctx));
+	origin_hash(ctx, tag, sizeof(tag)); /* with its terminating zero */
+	origin_hash_part(ctx, origin.consumer, origin.consumer_len);
+	origin_hash_part(ctx, origin.message_id, origin.message_id_len);
+	origin_hash_part(ctx, destination, destination_len);
+	be = pg_hton32(origin.ordinal);
+	origin_hash(ctx, &be, sizeof(be));
+	if (pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute a message id: %s",
+			 pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+	origin_format(digest, 8, id);
+}

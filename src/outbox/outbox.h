@@ -1,0 +1,45 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.h
+ *	  The outbox (issue 32): what the rest of dedup calls of it.  The claim
+ *	  path tells it each successful claim (origin.c), the sweeper has it
+ *	  delete sent messages (maintain.c), guc.c has it define its settings.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEDUP_OUTBOX_H
+#define DEDUP_OUTBOX_H
+
+#include "datatype/timestamp.h"
+
+#include "sweeper/sweep_pace.h"
+#include "sweeper/sweeper_state.h"
+
+/* the id of a message, as text: a UUID */
+#define DEDUP_OUTBOX_ID_LEN		36
+
+/* the longest destination and relay name, and the longest key, in bytes */
+#define DEDUP_OUTBOX_MAX_NAME_BYTES	255
+#define DEDUP_OUTBOX_MAX_KEY_BYTES	1024
+
+/* settings (maintain.c) */
+extern int	dedup_outbox_retention_s;
+extern int	dedup_outbox_max_payload;
+extern void dedup_outbox_define_gucs(void);
+
+/* origin.c: the claim the transaction's messages are derived from */
+extern void dedup_outbox_note_claim(text *consumer, text *message_id);
+extern void dedup_outbox_next_id(const char *destination, int destination_len,
+								 char *id);
+
+/* publish.c */
+extern void dedup_outbox_check_name(const char *function, const char *argname,
+									Datum value, bool isnull, Size max_bytes);
+
+/* maintain.c: the retention worker's step */
+typedef bool (*DedupOutboxStop) (void);
+extern DedupSweepOutcome dedup_outbox_sweep_sent(TimestampTz deadline,
+												 DedupSweepPace *pace,
+												 DedupOutboxStop stop);
+
+#endif							/* DEDUP_OUTBOX_H */

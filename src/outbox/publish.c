@@ -1,0 +1,597 @@
+/*-------------------------------------------------------------------------
+ *
+ * publish.c
+ *	  dedup_publish(): a message published in the caller's transaction, to
+ *	  a destination of dedup_outbox_destinations, as a row of dedup_outbox
+ *	  (table mode) or a transactional logical decoding message (WAL mode);
+ *	  and the argument checks of the outbox's SQL functions.
+ *
+ * dedup_publish() runs as its caller, who needs EXECUTE on it and nothing
+ * on the tables: the publisher mapping (dedup_outbox_publishers) is checked
+ * for the caller, then the destination is read and the row written through
+ * SPI as the owner of dedup_outbox, in a security-restricted operation (as
+ * REFRESH MATERIALIZED VIEW runs as a view's owner), with two plans kept
+ * for the backend's life.  Each backend keeps the destinations it has
+ * published to, with their mode and publishers: every change of
+ * dedup_outbox_destinations or dedup_outbox_publishers invalidates their
+ * relcache entries (row and TRUNCATE triggers that fire always, the
+ * function of dedup_consumer_roles' triggers), which empties the cache,
+ * so a change applies to the transactions that start after it commits.  Their statements name the extension's schema,
+ * call only pg_catalog's operators, and are prepared again when the
+ * extension or its schema changes.  The row is written with INSERT ... ON
+ * CONFLICT (message_id) DO NOTHING: a message whose id is there already
+ * (the same incoming message handled again) is not written twice.  What a
+ * superuser adds to the table acts as it says (a trigger, row security
+ * forced on its owner, another unique index raise their errors), but for a
+ * rule, which could discard messages silently: refused.
+ *
+ * In WAL mode the message is a transactional logical decoding message with
+ * the prefix "dedup" (what pg_logical_emit_message(true, 'dedup', ...)
+ * writes): decoded at its transaction's commit, never if it aborts.  Its
+ * content is a JSON object: {"id": ..., "destination": ..., "key": ...,
+ * "headers": ..., "payload": ...} (key and headers null when not given).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/table.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "replication/message.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "compat.h"
+#include "keys.h"
+#include "outbox/outbox.h"
+#include "tables/relations.h"
+
+PG_FUNCTION_INFO_V1(dedup_publish);
+PG_FUNCTION_INFO_V1(dedup_outbox_valid);
+PG_FUNCTION_INFO_V1(dedup_outbox_valid_lease);
+PG_FUNCTION_INFO_V1(dedup_outbox_refuse_drop);
+
+/* the longest lease a relay may take */
+#define MAX_LEASE_USECS		(USECS_PER_DAY)
+
+/*
+ * The plans of dedup_publish(), kept for the backend's life, and what they
+ * were prepared for: the extension (its OID changes when it is created
+ * again) and its schema (a rename resets them: syscache callback).
+ */
+typedef struct PublishPlans
+{
+	Oid			extension;
+	Oid			outbox;			/* dedup_outbox */
+	Oid			destinations;	/* dedup_outbox_destinations */
+	Oid			publishers;		/* dedup_outbox_publishers */
+	SPIPlanPtr	lookup;			/* a destination's mode and publishers */
+	SPIPlanPtr	insert;			/* a row of dedup_outbox */
+} PublishPlans;
+
+static PublishPlans plans;
+static bool plans_callbacks = false;
+
+/* A destination as this backend last read it (the cache's entries) */
+typedef struct Destination
+{
+	char		name[DEDUP_OUTBOX_MAX_NAME_BYTES + 1];	/* the key */
+	bool		wal;			/* mode 'wal' */
+	int			npublishers;
+	Oid		   *publishers;		/* in destinations_context */
+} Destination;
+
+static HTAB *destinations = NULL;
+static MemoryContext destinations_context = NULL;
+
+/* Forget every destination read */
+static void
+publish_destinations_reset(void)
+{
+	if (destinations_context != NULL)
+		MemoryContextReset(destinations_context);
+	destinations = NULL;
+}
+
+/* A schema changed (renamed, dropped): prepare the plans again */
+static void
+publish_plans_reset(Datum arg, int cacheid, uint32 hashvalue)
+{
+	plans.extension = InvalidOid;
+	publish_destinations_reset();
+}
+
+/* A destination or its mapping changed (or every relation: InvalidOid) */
+static void
+publish_destinations_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == plans.destinations ||
+		relid == plans.publishers)
+		publish_destinations_reset();
+}
+
+/*
+ * Raise the error a caller of function must see when argument argname is
+ * NULL (22004), empty or longer than max_bytes (22023); the length is read
+ * from the varlena header, without detoasting.
+ */
+void
+dedup_outbox_check_name(const char *function, const char *argname,
+						Datum value, bool isnull, Size max_bytes)
+{
+	Size		len;
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" of %s must not be null",
+						argname, function)));
+	len = toast_raw_datum_size(value) - VARHDRSZ;
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" of %s must not be empty",
+						argname, function)));
+	if (len > max_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" of %s is too long", argname, function),
+				 errdetail("It is %zu bytes; at most %zu bytes are accepted.",
+						   len, max_bytes)));
+}
+
+/*
+ * Raise the error of dedup_publish() for a payload or headers (argument
+ * argname) larger than dedup.outbox_max_payload, measured without
+ * detoasting.
+ */
+static void
+publish_check_size(const char *argname, Datum value)
+{
+	Size		len = toast_raw_datum_size(value) - VARHDRSZ;
+
+	if (len > (Size) dedup_outbox_max_payload)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" of dedup_publish is too long", argname),
+				 errdetail("It is %zu bytes; dedup.outbox_max_payload is %d bytes.",
+						   len, dedup_outbox_max_payload)));
+}
+
+/* Prepare and keep a plan of sql, or raise SPI's error */
+static SPIPlanPtr
+publish_prepare(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+/*
+ * The plans for the extension as it is now (called connected to SPI);
+ * returns false when dedup's tables are not at version 1.4.
+ */
+static bool
+publish_plans(const DedupRelations *rels)
+{
+	const char *nspname;
+	StringInfoData sql;
+	Oid			lookup_types[1] = {TEXTOID};
+	Oid			insert_types[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
+
+	if (plans.extension == rels->extension &&
+		SearchSysCacheExists1(RELOID, ObjectIdGetDatum(plans.outbox)))
+		return true;
+
+	if (!plans_callbacks)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, publish_plans_reset, (Datum) 0);
+		CacheRegisterRelcacheCallback(publish_destinations_invalidate, (Datum) 0);
+		destinations_context = AllocSetContextCreate(CacheMemoryContext,
+													 "dedup outbox destinations",
+													 ALLOCSET_SMALL_SIZES);
+		plans_callbacks = true;
+	}
+	if (plans.lookup != NULL)
+		SPI_freeplan(plans.lookup);
+	if (plans.insert != NULL)
+		SPI_freeplan(plans.insert);
+	plans.lookup = plans.insert = NULL;
+	plans.extension = InvalidOid;
+	publish_destinations_reset();
+
+	plans.outbox = dedup_member_table("dedup_outbox");
+	plans.destinations = dedup_member_table("dedup_outbox_destinations");
+	plans.publishers = dedup_member_table("dedup_outbox_publishers");
+	if (!OidIsValid(plans.outbox) || !OidIsValid(plans.destinations) ||
+		!OidIsValid(plans.publishers))
+		return false;
+	nspname = quote_identifier(get_namespace_name(rels->schema));
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "SELECT d.mode, ARRAY("
+					 "SELECT p.publisher::pg_catalog.oid FROM %s.dedup_outbox_publishers p"
+					 " WHERE p.destination OPERATOR(pg_catalog.=) d.destination)"
+					 " FROM %s.dedup_outbox_destinations d"
+					 " WHERE d.destination OPERATOR(pg_catalog.=) $1",
+					 nspname, nspname);
+	plans.lookup = publish_prepare(sql.data, 1, lookup_types);
+
+	resetStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "INSERT INTO %s.dedup_outbox AS o"
+					 " (message_id, destination, key, headers, payload)"
+					 " VALUES ($1, $2, $3, $4, $5)"
+					 " ON CONFLICT (message_id) DO NOTHING",
+					 nspname);
+	plans.insert = publish_prepare(sql.data, 5, insert_types);
+	pfree(sql.data);
+	plans.extension = rels->extension;
+	return true;
+}
+
+/*
+ * Refuse to write through a rule on dedup_outbox: one that rewrote the
+ * INSERT into nothing would lose every message silently (and leave the
+ * kept plan with nothing to depend on, so it stayed so after the rule was
+ * dropped).  Locked as the INSERT locks it.
+ */
+static void
+publish_check_rules(Oid outbox)
+{
+	Relation	rel = table_open(outbox, RowExclusiveLock);
+
+	if (rel->rd_rules != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s\" of extension \"dedup\" has rules",
+						RelationGetRelationName(rel)),
+				 errdetail("dedup_publish() does not write through rules: one could discard messages."),
+				 errhint("Drop the rules of the table.")));
+	table_close(rel, NoLock);
+}
+
+/*
+ * May user publish to destination, mapped to the nroles roles publishers?
+ * When the destination is mapped, only members of one of them may; a role
+ * that was dropped maps nothing.
+ */
+static void
+publish_check_publisher(Oid user, text *destination, const Oid *publishers,
+						int nroles)
+{
+	bool		mapped = false;
+
+	for (int i = 0; i < nroles; i++)
+	{
+		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(publishers[i])))
+			continue;
+		if (has_privs_of_role(user, publishers[i]))
+			return;
+		mapped = true;
+	}
+	if (!mapped)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("role \"%s\" may not publish to destination \"%s\"",
+					GetUserNameFromId(user, false), text_to_cstring(destination)),
+			 errdetail("Only roles mapped to the destination in dedup_outbox_publishers may."),
+			 errhint("A superuser can map the destination to a role with dedup_allow_publisher().")));
+}
+
+/*
+ * The destination, from this backend's cache or read (connected to SPI, as
+ * the owner of the tables) and kept; raises its error if there is none, or
+ * if user may not publish to it.  Read with a snapshot taken after both
+ * tables are locked: every change that this snapshot cannot see has yet to
+ * send its invalidation, which will empty the cache.  Returns whether it
+ * is in WAL mode.
+ */
+static bool
+publish_destination(Oid user, text *destination)
+{
+	char		name[DEDUP_OUTBOX_MAX_NAME_BYTES + 1] = {0};
+	Destination *entry;
+	Snapshot	snapshot;
+	Datum		arg = PointerGetDatum(destination);
+	Datum		publishers;
+	bool		isnull;
+	bool		wal;
+	ArrayType  *array;
+	Datum	   *roles;
+	bool	   *nulls;
+	int			nroles;
+	Oid		   *oids;
+	int			noids = 0;
+	int			rc;
+
+	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
+	if (destinations != NULL)
+	{
+		entry = hash_search(destinations, name, HASH_FIND, NULL);
+		if (entry != NULL)
+		{
+			publish_check_publisher(user, destination, entry->publishers,
+									entry->npublishers);
+			return entry->wal;
+		}
+	}
+
+	LockRelationOid(plans.destinations, AccessShareLock);
+	LockRelationOid(plans.publishers, AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	rc = SPI_execute_snapshot(plans.lookup, &arg, NULL, snapshot,
+							  InvalidSnapshot, true, false, 1);
+	UnregisterSnapshot(snapshot);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading the destinations failed: %s",
+			 SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("destination \"%s\" does not exist",
+						text_to_cstring(destination)),
+				 errhint("A superuser adds it with dedup_add_destination().")));
+	wal = strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+				 "wal") == 0;
+	publishers = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+							   &isnull);
+	array = DatumGetArrayTypeP(publishers);
+	deconstruct_array(array, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &roles, &nulls, &nroles);
+
+	if (destinations == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(entry->name);
+		ctl.entrysize = sizeof(Destination);
+		ctl.hcxt = destinations_context;
+		destinations = hash_create("dedup outbox destinations", 16, &ctl,
+								   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	oids = MemoryContextAlloc(destinations_context, Max(nroles, 1) * sizeof(Oid));
+	for (int i = 0; i < nroles; i++)
+		if (!nulls[i])
+			oids[noids++] = DatumGetObjectId(roles[i]);
+	entry = hash_search(destinations, name, HASH_ENTER, NULL);
+	entry->wal = wal;
+	entry->npublishers = noids;
+	entry->publishers = oids;
+
+	publish_check_publisher(user, destination, oids, noids);
+	return wal;
+}
+
+/*
+ * Write the message as a transactional logical decoding message, prefix
+ * "dedup", content the JSON object of the file header.
+ */
+static void
+publish_wal(const char *id, text *destination, text *payload, text *key,
+			Jsonb *headers)
+{
+	StringInfoData content;
+
+	if (!XLogLogicalInfoActive())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup_publish() to destination \"%s\" needs wal_level logical",
+						text_to_cstring(destination)),
+				 errdetail("The destination is in WAL mode; wal_level is \"%s\".",
+						   GetConfigOption("wal_level", false, false)),
+				 errhint("Set wal_level = logical and restart the server, or put the destination in table mode with dedup_add_destination(destination, 'table').")));
+
+	initStringInfo(&content);
+	appendStringInfoString(&content, "{\"id\": ");
+	escape_json(&content, id);
+	appendStringInfoString(&content, ", \"destination\": ");
+	escape_json(&content, text_to_cstring(destination));
+	appendStringInfoString(&content, ", \"key\": ");
+	if (key != NULL)
+		escape_json(&content, text_to_cstring(key));
+	else
+		appendStringInfoString(&content, "null");
+	appendStringInfoString(&content, ", \"headers\": ");
+	if (headers != NULL)
+		(void) JsonbToCString(&content, &headers->root, VARSIZE(headers));
+	else
+		appendStringInfoString(&content, "null");
+	appendStringInfoString(&content, ", \"payload\": ");
+	escape_json(&content, text_to_cstring(payload));
+	appendStringInfoChar(&content, '}');
+
+	(void) dedup_log_logical_message("dedup", content.data, content.len, true);
+	pfree(content.data);
+}
+
+/*
+ * dedup_publish(destination text, payload text, key text DEFAULT NULL,
+ * headers jsonb DEFAULT NULL) RETURNS text
+ *
+ * Publish a message in the caller's transaction; returns its id (origin.c).
+ * Every argument is checked before anything is written.
+ */
+Datum
+dedup_publish(PG_FUNCTION_ARGS)
+{
+	const DedupRelations *rels;
+	text	   *destination;
+	text	   *payload;
+	text	   *key = NULL;
+	Jsonb	   *headers = NULL;
+	Oid			save_userid;
+	int			save_sec_context;
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	char		id[DEDUP_OUTBOX_ID_LEN + 1];
+	bool		wal;
+	int			rc;
+
+	dedup_outbox_check_name("dedup_publish", "destination", PG_GETARG_DATUM(0),
+							PG_ARGISNULL(0), DEDUP_OUTBOX_MAX_NAME_BYTES);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"payload\" of dedup_publish must not be null")));
+	publish_check_size("payload", PG_GETARG_DATUM(1));
+	if (!PG_ARGISNULL(2))
+	{
+		dedup_outbox_check_name("dedup_publish", "key", PG_GETARG_DATUM(2),
+								false, DEDUP_OUTBOX_MAX_KEY_BYTES);
+		key = PG_GETARG_TEXT_PP(2);
+	}
+	if (!PG_ARGISNULL(3))
+	{
+		publish_check_size("headers", PG_GETARG_DATUM(3));
+		headers = PG_GETARG_JSONB_P(3);
+		if (JB_ROOT_IS_SCALAR(headers) || !JB_ROOT_IS_OBJECT(headers))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"headers\" of dedup_publish must be a JSON object")));
+	}
+	destination = PG_GETARG_TEXT_PP(0);
+	payload = PG_GETARG_TEXT_PP(1);
+
+	PreventCommandDuringRecovery("dedup_publish()");
+	PreventCommandIfReadOnly("dedup_publish()");
+	rels = dedup_relations(false);
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!publish_plans(rels))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup_publish() needs version 1.4 of extension \"dedup\""),
+				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
+	SetUserIdAndSecContext(dedup_table_owner(plans.outbox),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+
+	wal = publish_destination(save_userid, destination);
+
+	dedup_outbox_next_id(VARDATA_ANY(destination),
+						 VARSIZE_ANY_EXHDR(destination), id);
+	if (wal)
+		publish_wal(id, destination, payload, key, headers);
+	else
+	{
+		publish_check_rules(plans.outbox);
+		args[0] = CStringGetTextDatum(id);
+		args[1] = PointerGetDatum(destination);
+		args[2] = PointerGetDatum(key);
+		nulls[2] = key == NULL ? 'n' : ' ';
+		args[3] = PointerGetDatum(headers);
+		nulls[3] = headers == NULL ? 'n' : ' ';
+		args[4] = PointerGetDatum(payload);
+		rc = SPI_execute_plan(plans.insert, args, nulls, false, 0);
+		if (rc != SPI_OK_INSERT)
+			elog(ERROR, "writing the outbox failed: %s",
+				 SPI_result_code_string(rc));
+	}
+
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(id));
+}
+
+/*
+ * dedup_outbox_valid(value text, argument text, function_name text)
+ * RETURNS text
+ *
+ * value, or the error a caller of function_name must see: the check of a
+ * destination or relay name in the outbox's SQL functions.
+ */
+Datum
+dedup_outbox_valid(PG_FUNCTION_ARGS)
+{
+	const char *argument = PG_ARGISNULL(1) ? "value" :
+		text_to_cstring(PG_GETARG_TEXT_PP(1));
+	const char *function = PG_ARGISNULL(2) ? "dedup" :
+		text_to_cstring(PG_GETARG_TEXT_PP(2));
+
+	dedup_outbox_check_name(function, argument, PG_GETARG_DATUM(0),
+							PG_ARGISNULL(0), DEDUP_OUTBOX_MAX_NAME_BYTES);
+	PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+}
+
+/*
+ * dedup_outbox_valid_lease(relay text, max_messages integer, lease
+ * interval) RETURNS boolean
+ *
+ * true, or the error a caller of dedup_outbox_lease must see: a relay name
+ * as dedup_outbox_valid() wants it, 1 to 10000 messages, a lease longer
+ * than 0 and at most a day.
+ */
+Datum
+dedup_outbox_valid_lease(PG_FUNCTION_ARGS)
+{
+	Interval   *lease;
+	int64		usecs;
+
+	dedup_outbox_check_name("dedup_outbox_lease", "relay", PG_GETARG_DATUM(0),
+							PG_ARGISNULL(0), DEDUP_OUTBOX_MAX_NAME_BYTES);
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" of dedup_outbox_lease must not be null",
+						PG_ARGISNULL(1) ? "max_messages" : "lease")));
+	if (PG_GETARG_INT32(1) < 1 || PG_GETARG_INT32(1) > DEDUP_MAX_BATCH_KEYS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"max_messages\" of dedup_outbox_lease must be between 1 and %d, not %d",
+						DEDUP_MAX_BATCH_KEYS, PG_GETARG_INT32(1))));
+	lease = PG_GETARG_INTERVAL_P(2);
+	usecs = lease->time + (int64) lease->day * USECS_PER_DAY;
+	if (lease->month != 0 || lease->day < 0 || lease->time < 0 ||
+		usecs <= 0 || usecs > MAX_LEASE_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"lease\" of dedup_outbox_lease must be longer than 0 and at most 1 day")));
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * dedup_outbox_refuse_drop(destination text, unsent bigint) RETURNS boolean
+ *
+ * true, or the error of dedup_drop_destination() for a destination with
+ * unsent messages.
+ */
+Datum
+dedup_outbox_refuse_drop(PG_FUNCTION_ARGS)
+{
+	if (!PG_ARGISNULL(1) && PG_GETARG_INT64(1) > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("destination \"%s\" has %lld unsent messages",
+						PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0)),
+						(long long) PG_GETARG_INT64(1)),
+				 errhint("Let a relay send them first, or delete them unsent with dedup_drop_destination(destination, force => true).")));
+	PG_RETURN_BOOL(true);
+}
