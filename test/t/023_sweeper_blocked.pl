@@ -238,15 +238,22 @@ SELECT count(*) = 0 FROM pg_locks
 	'the last sweeper of dba has been stopped');
 $holder->query_safe('ROLLBACK');
 $holder->quit;
-my ($outcome, $error) = split /\|/,
+my ($outcome, $error, $error_at) = split /\|/,
   $node->safe_psql('dba',
-	'SELECT last_sweep_outcome, last_error FROM dedup_sweeper');
+	'SELECT last_sweep_outcome, last_error, last_error_at IS NOT NULL FROM dedup_sweeper'
+  );
 note("dba right after ROLLBACK: $outcome");
 ok($outcome =~ /^(?:blocked|running|done)$/,
 	"dba: the last sweep was blocked, or one has begun since ($outcome)");
+
+# a sweep that has ended done since clears last_error, and keeps its time
 is( $error,
-	qq{could not connect: another session (pid $holder_pid) holds a lock on database "dba"},
-	'dba: last_error names the session holding the lock');
+	$outcome eq 'done'
+	? ''
+	: qq{could not connect: another session (pid $holder_pid) holds a lock on database "dba"},
+	"dba: last_error names the session holding the lock, unless a sweep is done since ($outcome)"
+);
+is($error_at, 't', 'dba: last_error_at says when the last error was');
 $node->add_expired('dba', 'after', 4);
 ok( $node->poll_query_until(
 		'dba',
