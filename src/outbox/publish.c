@@ -11,7 +11,10 @@
  * for the caller, then the destination is read and the row written through
  * SPI as the owner of dedup_outbox, in a security-restricted operation (as
  * REFRESH MATERIALIZED VIEW runs as a view's owner), with two plans kept
- * for the backend's life.  Each backend keeps the destinations it has
+ * for the backend's life.  A destination this backend has read already is
+ * taken from its cache, without SPI; a message to a WAL-mode destination
+ * then writes a WAL record and nothing else, as its caller, since no other
+ * role's code can run there.  Each backend keeps the destinations it has
  * published to, with their mode and publishers: every change of
  * dedup_outbox_destinations or dedup_outbox_publishers invalidates their
  * relcache entries (row and TRUNCATE triggers that fire always, the
@@ -305,8 +308,34 @@ publish_check_publisher(Oid user, text *destination, const Oid *publishers,
 }
 
 /*
- * The destination, from this backend's cache or read (connected to SPI, as
- * the owner of the tables) and kept; raises its error if there is none, or
+ * The destination from this backend's cache, if the plans are those of the
+ * extension as it is now (rels) and the destination is there: then raises
+ * the error if user may not publish to it, sets *wal to whether it is in
+ * WAL mode and returns true.  Nothing is read: no SPI, no other role.
+ */
+static bool
+publish_cached_destination(const DedupRelations *rels, Oid user,
+						   text *destination, bool *wal)
+{
+	char		name[DEDUP_OUTBOX_MAX_NAME_BYTES + 1] = {0};
+	Destination *entry;
+
+	if (destinations == NULL || plans.extension != rels->extension ||
+		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(plans.outbox)))
+		return false;
+	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
+	entry = hash_search(destinations, name, HASH_FIND, NULL);
+	if (entry == NULL)
+		return false;
+	publish_check_publisher(user, destination, entry->publishers,
+							entry->npublishers);
+	*wal = entry->wal;
+	return true;
+}
+
+/*
+ * The destination, read (connected to SPI, as the owner of the tables)
+ * and kept in this backend's cache; raises its error if there is none, or
  * if user may not publish to it.  Read with a snapshot taken after both
  * tables are locked: every change that this snapshot cannot see has yet to
  * send its invalidation, which will empty the cache.  Returns whether it
@@ -331,17 +360,6 @@ publish_destination(Oid user, text *destination)
 	int			rc;
 
 	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
-	if (destinations != NULL)
-	{
-		entry = hash_search(destinations, name, HASH_FIND, NULL);
-		if (entry != NULL)
-		{
-			publish_check_publisher(user, destination, entry->publishers,
-									entry->npublishers);
-			return entry->wal;
-		}
-	}
-
 	LockRelationOid(plans.destinations, AccessShareLock);
 	LockRelationOid(plans.publishers, AccessShareLock);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
@@ -408,6 +426,10 @@ publish_wal(const char *id, text *destination, text *payload, text *key,
 				 errhint("Set wal_level = logical and restart the server, or put the destination in table mode with dedup_add_destination(destination, 'table').")));
 
 	initStringInfo(&content);
+	enlargeStringInfo(&content, VARSIZE_ANY_EXHDR(payload) +
+					  (key != NULL ? VARSIZE_ANY_EXHDR(key) : 0) +
+					  (headers != NULL ? VARSIZE(headers) : 0) +
+					  VARSIZE_ANY_EXHDR(destination) + 128);
 	appendStringInfoString(&content, "{\"id\": ");
 	escape_json(&content, id);
 	appendStringInfoString(&content, ", \"destination\": ");
@@ -431,6 +453,27 @@ publish_wal(const char *id, text *destination, text *payload, text *key,
 }
 
 /*
+ * Connect to SPI with the plans of the extension as it is now (rels), and
+ * run as the owner of dedup_outbox in a security-restricted operation (the
+ * caller had sec_context); the caller restores its identity and finishes.
+ * Raises the error of an extension whose tables are older than 1.4.
+ */
+static void
+publish_connect(const DedupRelations *rels, int sec_context)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!publish_plans(rels))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup_publish() needs version 1.4 of extension \"dedup\""),
+				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
+	SetUserIdAndSecContext(dedup_table_owner(plans.outbox),
+						   sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+}
+
+/*
  * dedup_publish(destination text, payload text, key text DEFAULT NULL,
  * headers jsonb DEFAULT NULL) RETURNS text
  *
@@ -450,7 +493,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 	Datum		args[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	char		id[DEDUP_OUTBOX_ID_LEN + 1];
-	bool		wal;
+	bool		wal = false;
 	int			rc;
 
 	dedup_outbox_check_name("dedup_publish", "destination", PG_GETARG_DATUM(0),
@@ -482,19 +525,19 @@ dedup_publish(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("dedup_publish()");
 	rels = dedup_relations(false);
 
+	/*
+	 * A destination this backend has read already needs neither SPI nor the
+	 * owner's identity: a WAL-mode message then runs no other role's code
+	 * at all.
+	 */
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (!publish_plans(rels))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dedup_publish() needs version 1.4 of extension \"dedup\""),
-				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
-	SetUserIdAndSecContext(dedup_table_owner(plans.outbox),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-
-	wal = publish_destination(save_userid, destination);
+	if (!publish_cached_destination(rels, save_userid, destination, &wal))
+	{
+		publish_connect(rels, save_sec_context);
+		wal = publish_destination(save_userid, destination);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		SPI_finish();
+	}
 
 	dedup_outbox_next_id(VARDATA_ANY(destination),
 						 VARSIZE_ANY_EXHDR(destination), id);
@@ -502,6 +545,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 		publish_wal(id, destination, payload, key, headers);
 	else
 	{
+		publish_connect(rels, save_sec_context);
 		publish_check_rules(plans.outbox);
 		args[0] = CStringGetTextDatum(id);
 		args[1] = PointerGetDatum(destination);
@@ -514,10 +558,10 @@ dedup_publish(PG_FUNCTION_ARGS)
 		if (rc != SPI_OK_INSERT)
 			elog(ERROR, "writing the outbox failed: %s",
 				 SPI_result_code_string(rc));
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		SPI_finish();
 	}
 
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(id));
 }
 
