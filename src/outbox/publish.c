@@ -41,17 +41,23 @@
 #include "access/detoast.h"
 #include "access/table.h"
 #include "access/xlog.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_attribute.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/primnodes.h"
 #include "replication/message.h"
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/json.h"
@@ -62,6 +68,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "claim/claim.h"
 #include "compat.h"
 #include "keys.h"
 #include "outbox/outbox.h"
@@ -93,6 +100,46 @@ typedef struct PublishPlans
 static PublishPlans plans;
 static bool plans_callbacks = false;
 
+/* The columns of dedup_outbox as version 1.4 creates them, in order */
+static const struct
+{
+	const char *name;
+	Oid			type;
+}			outbox_columns[] = {
+	{"seq", INT8OID},
+	{"message_id", TEXTOID},
+	{"destination", TEXTOID},
+	{"key", TEXTOID},
+	{"headers", JSONBOID},
+	{"payload", TEXTOID},
+	{"created_at", TIMESTAMPTZOID},
+	{"lease_until", TIMESTAMPTZOID},
+	{"lease_holder", TEXTOID},
+	{"attempts", INT4OID},
+	{"sent_at", TIMESTAMPTZOID}
+};
+
+#define OUTBOX_NATTS		lengthof(outbox_columns)
+#define OUTBOX_SEQ			1
+#define OUTBOX_MESSAGE_ID	2
+#define OUTBOX_CREATED_AT	7
+#define OUTBOX_ATTEMPTS		10
+
+/*
+ * May dedup_outbox be written directly (publish_direct_possible)?  Decided
+ * again after any change of the table (its relcache entry invalidated),
+ * with the sequence of its seq column.
+ */
+typedef enum OutboxDirect
+{
+	OUTBOX_DIRECT_UNKNOWN,
+	OUTBOX_DIRECT_NO,
+	OUTBOX_DIRECT_YES
+} OutboxDirect;
+
+static OutboxDirect outbox_direct = OUTBOX_DIRECT_UNKNOWN;
+static Oid	outbox_seq = InvalidOid;
+
 /* A destination as this backend last read it (the cache's entries) */
 typedef struct Destination
 {
@@ -119,16 +166,22 @@ static void
 publish_plans_reset(Datum arg, int cacheid, uint32 hashvalue)
 {
 	plans.extension = InvalidOid;
+	outbox_direct = OUTBOX_DIRECT_UNKNOWN;
 	publish_destinations_reset();
 }
 
-/* A destination or its mapping changed (or every relation: InvalidOid) */
+/*
+ * A destination or its mapping changed, or dedup_outbox (or every
+ * relation: InvalidOid)
+ */
 static void
 publish_destinations_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == plans.destinations ||
 		relid == plans.publishers)
 		publish_destinations_reset();
+	if (relid == InvalidOid || relid == plans.outbox)
+		outbox_direct = OUTBOX_DIRECT_UNKNOWN;
 }
 
 /*
@@ -224,6 +277,7 @@ publish_plans(const DedupRelations *rels)
 		SPI_freeplan(plans.insert);
 	plans.lookup = plans.insert = NULL;
 	plans.extension = InvalidOid;
+	outbox_direct = OUTBOX_DIRECT_UNKNOWN;
 	publish_destinations_reset();
 
 	plans.outbox = dedup_member_table("dedup_outbox");
@@ -264,10 +318,8 @@ publish_plans(const DedupRelations *rels)
  * dropped).  Locked as the INSERT locks it.
  */
 static void
-publish_check_rules(Oid outbox)
+publish_check_rules(Relation rel)
 {
-	Relation	rel = table_open(outbox, RowExclusiveLock);
-
 	if (rel->rd_rules != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -275,7 +327,127 @@ publish_check_rules(Oid outbox)
 						RelationGetRelationName(rel)),
 				 errdetail("dedup_publish() does not write through rules: one could discard messages."),
 				 errhint("Drop the rules of the table.")));
-	table_close(rel, NoLock);
+}
+
+/*
+ * Is the default expression adbin of column attnum of dedup_outbox the one
+ * version 1.4 gives it: now() for created_at, 0 for attempts?
+ */
+static bool
+publish_default_is(AttrNumber attnum, const char *adbin)
+{
+	Node	   *expr = stringToNode(adbin);
+
+	if (attnum == OUTBOX_CREATED_AT)
+		return IsA(expr, FuncExpr) && ((FuncExpr *) expr)->funcid == F_NOW;
+	return attnum == OUTBOX_ATTEMPTS && IsA(expr, Const) &&
+		((Const *) expr)->consttype == INT4OID &&
+		!((Const *) expr)->constisnull &&
+		DatumGetInt32(((Const *) expr)->constvalue) == 0;
+}
+
+/*
+ * May dedup_outbox (rel, locked) be written directly, as the claims write
+ * processed_messages (claim/claim_writer.c)?  Only when nothing on it would
+ * act on the INSERT that the direct write would skip: no trigger, CHECK
+ * constraint, row security or generated column, the columns of 1.4 with
+ * their defaults (identity for seq, now() for created_at, 0 for attempts)
+ * and nothing else, and message_id its primary key, not deferrable.
+ * Otherwise dedup_publish writes through SPI, where all of that acts as
+ * it says.  Decided once per change of the table; sets outbox_seq.
+ */
+static bool
+publish_direct_possible(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleConstr *constr = desc->constr;
+	HeapTuple	tuple;
+	Form_pg_index index;
+	List	   *indexes;
+	bool		key;
+
+	if (outbox_direct != OUTBOX_DIRECT_UNKNOWN)
+		return outbox_direct == OUTBOX_DIRECT_YES;
+	outbox_direct = OUTBOX_DIRECT_NO;
+	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity ||
+		desc->natts != OUTBOX_NATTS ||
+		(constr != NULL && (constr->num_check > 0 || constr->has_generated_stored)))
+		return false;
+	for (int i = 0; i < OUTBOX_NATTS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		AttrNumber	attnum = i + 1;
+
+		if (att->attisdropped || att->attgenerated != '\0' ||
+			att->atttypid != outbox_columns[i].type ||
+			strcmp(NameStr(att->attname), outbox_columns[i].name) != 0 ||
+			att->attidentity != (attnum == OUTBOX_SEQ ? ATTRIBUTE_IDENTITY_ALWAYS : '\0') ||
+			att->atthasdef != (attnum == OUTBOX_CREATED_AT || attnum == OUTBOX_ATTEMPTS))
+			return false;
+	}
+	for (int i = 0; constr != NULL && i < constr->num_defval; i++)
+		if (!publish_default_is(constr->defval[i].adnum, constr->defval[i].adbin))
+			return false;
+
+	/* ON CONFLICT (message_id): its primary key, checked at once */
+	indexes = RelationGetIndexList(rel);
+	list_free(indexes);
+	if (!OidIsValid(rel->rd_pkindex))
+		return false;
+	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(rel->rd_pkindex));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	index = (Form_pg_index) GETSTRUCT(tuple);
+	key = index->indnkeyatts == 1 &&
+		index->indkey.values[0] == OUTBOX_MESSAGE_ID &&
+		index->indimmediate && index->indisvalid;
+	ReleaseSysCache(tuple);
+	if (!key)
+		return false;
+
+	outbox_seq = dedup_identity_sequence(rel, OUTBOX_SEQ);
+	if (!OidIsValid(outbox_seq))
+		return false;
+	outbox_direct = OUTBOX_DIRECT_YES;
+	return true;
+}
+
+/*
+ * Write the message into dedup_outbox (rel, locked, as publish_direct_possible
+ * allows) directly: what INSERT ... ON CONFLICT (message_id) DO NOTHING
+ * with the columns' defaults writes, as the claims write processed_messages
+ * (claim/claim_writer.c), without a plan or an executor.  Called as the
+ * table's owner in a security-restricted operation: the sequence's
+ * privileges are the owner's, and the expressions of an index a superuser
+ * added run restricted.
+ */
+static void
+publish_direct(Relation rel, const char *id, text *destination,
+			   text *payload, text *key, Jsonb *headers)
+{
+	/* seq, message_id, destination, key, headers, payload, created_at */
+	Datum		values[OUTBOX_ATTEMPTS] = {
+		Int64GetDatum(nextval_internal(outbox_seq, true)),
+		CStringGetTextDatum(id),
+		PointerGetDatum(destination),
+		PointerGetDatum(key),
+		PointerGetDatum(headers),
+		PointerGetDatum(payload),
+		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())
+	};
+
+	/* lease_until and lease_holder NULL, attempts 0; sent_at NULL */
+	bool		nulls[OUTBOX_ATTEMPTS] = {
+		false, false, false, key == NULL, headers == NULL, false, false,
+		true, true, false
+	};
+	ClaimWriter *writer;
+
+	values[OUTBOX_ATTEMPTS - 1] = Int32GetDatum(0);
+
+	writer = dedup_claim_writer_begin(rel, rel->rd_pkindex, 0, true);
+	(void) dedup_claim_writer_insert_row(writer, values, nulls, OUTBOX_ATTEMPTS);
+	dedup_claim_writer_end(writer);
 }
 
 /*
@@ -453,13 +625,12 @@ publish_wal(const char *id, text *destination, text *payload, text *key,
 }
 
 /*
- * Connect to SPI with the plans of the extension as it is now (rels), and
- * run as the owner of dedup_outbox in a security-restricted operation (the
- * caller had sec_context); the caller restores its identity and finishes.
- * Raises the error of an extension whose tables are older than 1.4.
+ * Connect to SPI with the plans of the extension as it is now (rels); the
+ * caller finishes.  Raises the error of an extension whose tables are
+ * older than 1.4.
  */
 static void
-publish_connect(const DedupRelations *rels, int sec_context)
+publish_connect(const DedupRelations *rels)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -468,6 +639,12 @@ publish_connect(const DedupRelations *rels, int sec_context)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("dedup_publish() needs version 1.4 of extension \"dedup\""),
 				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
+}
+
+/* Run as the owner of dedup_outbox in a security-restricted operation */
+static void
+publish_as_owner(int sec_context)
+{
 	SetUserIdAndSecContext(dedup_table_owner(plans.outbox),
 						   sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
@@ -490,6 +667,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 	Jsonb	   *headers = NULL;
 	Oid			save_userid;
 	int			save_sec_context;
+	Relation	rel;
 	Datum		args[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	char		id[DEDUP_OUTBOX_ID_LEN + 1];
@@ -533,7 +711,8 @@ dedup_publish(PG_FUNCTION_ARGS)
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	if (!publish_cached_destination(rels, save_userid, destination, &wal))
 	{
-		publish_connect(rels, save_sec_context);
+		publish_connect(rels);
+		publish_as_owner(save_sec_context);
 		wal = publish_destination(save_userid, destination);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 		SPI_finish();
@@ -545,8 +724,18 @@ dedup_publish(PG_FUNCTION_ARGS)
 		publish_wal(id, destination, payload, key, headers);
 	else
 	{
-		publish_connect(rels, save_sec_context);
-		publish_check_rules(plans.outbox);
+		publish_as_owner(save_sec_context);
+		rel = table_open(plans.outbox, RowExclusiveLock);
+		publish_check_rules(rel);
+		if (publish_direct_possible(rel))
+		{
+			publish_direct(rel, id, destination, payload, key, headers);
+			table_close(rel, NoLock);
+			SetUserIdAndSecContext(save_userid, save_sec_context);
+			PG_RETURN_TEXT_P(cstring_to_text(id));
+		}
+		table_close(rel, NoLock);
+		publish_connect(rels);
 		args[0] = CStringGetTextDatum(id);
 		args[1] = PointerGetDatum(destination);
 		args[2] = PointerGetDatum(key);
