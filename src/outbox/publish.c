@@ -8,25 +8,31 @@
  *
  * dedup_publish() runs as its caller, who needs EXECUTE on it and nothing
  * on the tables: the publisher mapping (dedup_outbox_publishers) is checked
- * for the caller, then the destination is read and the row written through
- * SPI as the owner of dedup_outbox, in a security-restricted operation (as
- * REFRESH MATERIALIZED VIEW runs as a view's owner), with two plans kept
- * for the backend's life.  A destination this backend has read already is
- * taken from its cache, without SPI; a message to a WAL-mode destination
- * then writes a WAL record and nothing else, as its caller, since no other
- * role's code can run there.  Each backend keeps the destinations it has
+ * for the caller, then the destination is read and the row written as the
+ * owner of dedup_outbox, in a security-restricted operation (as REFRESH
+ * MATERIALIZED VIEW runs as a view's owner).  The destination is read
+ * through SPI, with a plan kept for the backend's life, unless this backend
+ * has it in its cache already; a message to a WAL-mode destination then
+ * writes a WAL record and nothing else, as its caller, since no other
+ * role's code can run there.  The row is written directly, as the claims
+ * write processed_messages (claim/claim_writer.c), while dedup_outbox is as
+ * version 1.4 made it (publish_direct_possible), and through SPI with a
+ * kept plan otherwise.  Each backend keeps the destinations it has
  * published to, with their mode and publishers: every change of
  * dedup_outbox_destinations or dedup_outbox_publishers invalidates their
  * relcache entries (row and TRUNCATE triggers that fire always, the
  * function of dedup_consumer_roles' triggers), which empties the cache,
- * so a change applies to the transactions that start after it commits.  Their statements name the extension's schema,
- * call only pg_catalog's operators, and are prepared again when the
- * extension or its schema changes.  The row is written with INSERT ... ON
- * CONFLICT (message_id) DO NOTHING: a message whose id is there already
- * (the same incoming message handled again) is not written twice.  What a
- * superuser adds to the table acts as it says (a trigger, row security
- * forced on its owner, another unique index raise their errors), but for a
- * rule, which could discard messages silently: refused.
+ * so a change applies to the transactions that start after it commits.
+ * The plans' statements name the extension's schema, call only
+ * pg_catalog's operators, and are prepared again when the extension or its
+ * schema changes.  The row is written as INSERT ... ON
+ * CONFLICT (message_id) DO NOTHING writes it: a message whose id is there
+ * already (the same incoming message handled again) is not written twice.
+ * What a superuser adds to the table acts as it says (a trigger, a CHECK
+ * constraint, row security forced on its owner, another unique index raise
+ * their errors; a changed default or an added column is filled in): the
+ * row is then written through SPI.  A rule, which could discard messages
+ * silently, is refused.
  *
  * In WAL mode the message is a transactional logical decoding message with
  * the prefix "dedup" (what pg_logical_emit_message(true, 'dedup', ...)
@@ -315,7 +321,7 @@ publish_plans(const DedupRelations *rels)
  * Refuse to write through a rule on dedup_outbox: one that rewrote the
  * INSERT into nothing would lose every message silently (and leave the
  * kept plan with nothing to depend on, so it stayed so after the rule was
- * dropped).  Locked as the INSERT locks it.
+ * dropped).  rel is open, locked as the INSERT locks it.
  */
 static void
 publish_check_rules(Relation rel)
