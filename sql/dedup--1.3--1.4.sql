@@ -109,7 +109,7 @@ BEGIN
 END;
 $guard$;
 
-/* --- the outbox: messages published in the caller's transaction (issue 32) --- */
+/* --- the outbox: messages published in the caller's transaction --- */
 
 /*
  * Where messages go, and how they leave: 'table' (a row in dedup_outbox
@@ -149,11 +149,11 @@ CREATE TABLE @extschema@.dedup_outbox_publishers (
 	CONSTRAINT dedup_outbox_publishers_pkey PRIMARY KEY (destination, publisher)
 );
 /*
- * Every backend keeps the destinations it publishes to (outbox/publish.c):
- * a change of either table must reach them however it is made.  The
- * function of dedup_consumer_roles' triggers invalidates the relcache
- * entry of its table, which empties their caches; ENABLE ALWAYS, for each
- * row and for TRUNCATE, as there.
+ * Every backend keeps the destinations it publishes to, with their modes
+ * and publishers: a change of either table must reach them however it is
+ * made.  The function of dedup_consumer_roles' triggers invalidates the
+ * relcache entry of its table, which empties their caches; ENABLE ALWAYS,
+ * for each row and for TRUNCATE, as there.
  */
 CREATE TRIGGER dedup_outbox_destinations_changed
 	AFTER INSERT OR UPDATE OR DELETE ON @extschema@.dedup_outbox_destinations
@@ -340,7 +340,7 @@ END;
  * message id), the destination and the publish's place since the claim,
  * so handling the same message again publishes the same ids; otherwise it
  * is random.  It runs as its caller (the publisher mapping is checked for
- * the caller) and writes dedup_outbox as the table's owner (outbox/).
+ * the caller) and writes dedup_outbox as the table's owner.
  */
 CREATE FUNCTION @extschema@.dedup_publish(destination text, payload text,
 										  key text DEFAULT NULL::pg_catalog.text,
@@ -465,7 +465,8 @@ END;
 /*
  * dedup_outbox_resend(message_id): send a sent message again, on purpose
  * (the next hop lost it); true if it was sent and is unsent now.  For
- * operators: every call is in the server log (outbox/maintain.c).
+ * operators: every call is in the server log, which
+ * dedup_outbox_audit_resend() writes.
  */
 CREATE FUNCTION @extschema@.dedup_outbox_audit_resend(message_id text, seq bigint)
 RETURNS boolean

@@ -367,7 +367,10 @@ dedup_retention_audit(PG_FUNCTION_ARGS)
 						 window_text(new_window, new_null));
 		else
 		{
-			/* renamed: the old name falls back to the default, the new gets the window */
+			/*
+			 * renamed: the old name falls back to the default, the new gets
+			 * the window
+			 */
 			audit_row(oldtup, desc, true);
 			audit_row(newtup, desc, false);
 		}

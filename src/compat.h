@@ -16,6 +16,11 @@
 #include "utils/guc_tables.h"
 #include "utils/wait_event.h"
 
+/* the varlena macros (VARDATA_ANY...) left postgres.h for varatt.h in 16 */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
 /* the local ID of this backend's top-level transaction (17 moved it) */
 #if PG_VERSION_NUM >= 170000
 #define dedup_local_xid() (MyProc->vxid.lxid)

@@ -145,8 +145,8 @@ dedup_define_gucs(void)
 							 NULL, NULL, NULL);
 
 	/*
-	 * Only a superuser may loosen who claims for whom; a role that could
-	 * SET it could claim for any consumer.
+	 * Only a superuser may loosen who claims for whom; a role that could SET
+	 * it could claim for any consumer.
 	 */
 	DefineCustomBoolVariable("dedup.require_consumer_roles",
 							 "Whether only roles mapped to a consumer in dedup_consumer_roles may claim for it.",

@@ -31,7 +31,8 @@ sub psql
 {
 	my ($sql) = @_;
 	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'psql', '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
+	IPC::Run::run(
+		[ 'psql', '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
 		'<', \undef, '>', \$out, '2>', \$err)
 	  or die "psql: $err";
 	chomp $out;
@@ -41,7 +42,8 @@ sub psql
 print "== starting a private RabbitMQ node\n";
 my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
 die "$broker->{error}\n" if $broker->{error};
-psql(q{
+psql(
+	q{
 CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
 INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;
 CREATE TABLE applied (message_id text NOT NULL, worker text NOT NULL,
@@ -52,22 +54,34 @@ die "$broker->{error}\n" unless $broker->wait_ready;
 my (@messages, @copies);
 for my $i (1 .. 200)
 {
-	my $m = { message_id => sprintf('pay-%04d', $i), account => 1 + $i % 5, amount => $i };
+	my $m = {
+		message_id => sprintf('pay-%04d', $i),
+		account    => 1 + $i % 5,
+		amount     => $i
+	};
 	push @messages, $m;
-	push @copies, $m;
-	push @copies, $m if $i % 20 == 0;    # a producer retry: the same message id
+	push @copies,   $m;
+	push @copies, $m if $i % 20 == 0;  # a producer retry: the same message id
 }
-die "produce failed\n" unless $broker->publish('payments', \@copies) == @copies;
-printf "== published %d messages (%d copies), consumers crashing and redelivering\n",
+die "produce failed\n"
+  unless $broker->publish('payments', \@copies) == @copies;
+printf
+  "== published %d messages (%d copies), consumers crashing and redelivering\n",
   scalar(@messages), scalar(@copies);
 
-my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
-	broker => $broker, host => $ENV{PGHOST}, port => $ENV{PGPORT} // 5432,
-	db => $ENV{PGDATABASE} // 'postgres');
+my $consumers = DedupConsumers->new(
+	python => $python,
+	dir    => $tmp,
+	broker => $broker,
+	host   => $ENV{PGHOST},
+	port   => $ENV{PGPORT}     // 5432,
+	db     => $ENV{PGDATABASE} // 'postgres');
 my $control = $consumers->control('control');
 signal($control, 'go');
 my $crashes = 0;
-for ([ 'crash-after-commit', 'die-after-commit' ], [ 'crash-before-commit', 'die-before-commit' ])
+for (
+	[ 'crash-after-commit',  'die-after-commit' ],
+	[ 'crash-before-commit', 'die-before-commit' ])
 {
 	my $code = $consumers->run($_->[0], 'payments', $_->[1], $control);
 	$crashes++ if $code == 3 || $code == 4;
@@ -81,15 +95,24 @@ $consumers->stop(@h);
 my $chain = chain();
 $broker->stop;
 
-my @d = $consumers->deliveries;
+my @d    = $consumers->deliveries;
 my $dups = grep { exists $_->{claim} && !$_->{claim} } @d;
-my ($applied, $distinct) = split /\|/, psql('SELECT count(*), count(DISTINCT message_id) FROM applied');
-my $records = psql(q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'ledger'});
-my ($outcome, $error) = split /\|/, psql(q{SELECT coalesce(last_sweep_outcome, 'not yet'), coalesce(last_error, 'none') FROM dedup_sweeper});
-my $ok = $applied == @messages && $distinct == @messages && $records == @messages;
+my ($applied, $distinct) = split /\|/,
+  psql('SELECT count(*), count(DISTINCT message_id) FROM applied');
+my $records = psql(
+	q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'ledger'}
+);
+my ($outcome, $error) = split /\|/,
+  psql(
+	q{SELECT coalesce(last_sweep_outcome, 'not yet'), coalesce(last_error, 'none') FROM dedup_sweeper}
+  );
+my $ok =
+  $applied == @messages && $distinct == @messages && $records == @messages;
 print "\n";
-printf "published %d (+%d producer retries) · deliveries %d · consumer crashes %d · duplicates suppressed %d · applied %d · records stored %d · sweeper: %s, last error %s\n",
-  scalar(@messages), @copies - @messages, scalar(@d), $crashes, $dups, $applied, $records, $outcome, $error;
+printf
+  "published %d (+%d producer retries) · deliveries %d · consumer crashes %d · duplicates suppressed %d · applied %d · records stored %d · sweeper: %s, last error %s\n",
+  scalar(@messages), @copies - @messages, scalar(@d), $crashes, $dups,
+  $applied, $records, $outcome, $error;
 print $ok
   ? "every message applied exactly once, none lost\n"
   : "WRONG: $applied applications of $distinct messages, $records records\n";
@@ -106,24 +129,34 @@ exit($ok && $chain->{ok} ? 0 : 1);
 sub chain
 {
 	my $service = "$FindBin::Bin/../doc/examples/outbox_service.py";
-	my $relay = "$FindBin::Bin/../src/relay/dedup_relay";
-	my $n = 100;
-	print "== the chain: orders -> A (claim, update, dedup_publish) -> relay -> shipments -> B (claim, update)\n";
+	my $relay   = "$FindBin::Bin/../src/relay/dedup_relay";
+	my $n       = 100;
+	print
+	  "== the chain: orders -> A (claim, update, dedup_publish) -> relay -> shipments -> B (claim, update)\n";
 	psql('CREATE DATABASE chain');
 	local $ENV{PGDATABASE} = 'chain';
-	psql(q{
+	psql(
+		q{
 CREATE EXTENSION dedup;
 CREATE TABLE ledger (service text, key text, total bigint NOT NULL, PRIMARY KEY (service, key));
 CREATE TABLE applied (seq bigserial PRIMARY KEY, service text NOT NULL, message_id text NOT NULL,
                       origin text NOT NULL, key text, n integer, amount bigint);
 SELECT dedup_add_destination('shipments');
 });
-	my $dsn = join(' ', "dbname=chain", map { defined $ENV{"PG\U$_"} ? ("$_=" . $ENV{"PG\U$_"}) : () } qw(host port user));
+	my $dsn = join(' ',
+		"dbname=chain",
+		map { defined $ENV{"PG\U$_"} ? ("$_=" . $ENV{"PG\U$_"}) : () }
+		  qw(host port user));
 	my $amqp = "amqp://guest:guest\@127.0.0.1:$broker->{amqp_port}/%2F";
 	my %n;
 	my @orders = map {
 		my $key = 'customer-' . (1 + $_ % 7);
-		{ message_id => sprintf('order-%04d', $_), key => $key, n => ++$n{$key}, amount => $_ }
+		{
+			message_id => sprintf('order-%04d', $_),
+			key        => $key,
+			n          => ++$n{$key},
+			amount     => $_
+		}
 	} 1 .. $n;
 	$broker->publish('orders', \@orders) == $n or die "produce failed\n";
 	my %pid;
@@ -132,33 +165,64 @@ SELECT dedup_add_destination('shipments');
 		$pid{$name} = spawn_session("$tmp/$name.log", $env, $python, @args);
 		stop_at_exit($pid{$name}, 10);
 	};
-	my $applied = sub { psql("SELECT count(DISTINCT origin) FROM applied WHERE service = '$_[0]'") };
-	$start->('b', {}, $service, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'shipments', '--consumer', 'shipping');
-	$start->('a', {}, $service, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'orders',
-		'--consumer', 'orders', '--publish', 'shipments', '--work-ms', 10);
-	$start->('relay', { DEDUP_RELAY_TEST_CRASH => 'after-confirm' }, $relay, '--mode', 'table',
-		'--dsn', $dsn, '--amqp', $amqp, '--batch', 20, '--poll', 0.05, '--max-backoff', 1);
+	my $applied = sub {
+		psql(
+			"SELECT count(DISTINCT origin) FROM applied WHERE service = '$_[0]'"
+		);
+	};
+	$start->(
+		'b', {},     $service,     '--amqp',
+		$amqp,       '--dsn',      $dsn, '--queue',
+		'shipments', '--consumer', 'shipping');
+	$start->(
+		'a', {},     $service,     '--amqp',
+		$amqp,       '--dsn',      $dsn,     '--queue',
+		'orders',    '--consumer', 'orders', '--publish',
+		'shipments', '--work-ms',  10);
+	$start->(
+		'relay', { DEDUP_RELAY_TEST_CRASH => 'after-confirm' },
+		$relay,  '--mode',
+		'table', '--dsn',
+		$dsn,    '--amqp',
+		$amqp,   '--batch',
+		20,      '--poll',
+		0.05,    '--max-backoff',
+		1);
 	wait_until(sub { $applied->('orders') >= 30 }) or die "A did not start\n";
 	kill('KILL', $pid{a});
 	waitpid($pid{a}, 0);
 	forget_pid($pid{a});
-	$start->('a', {}, $service, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'orders',
-		'--consumer', 'orders', '--publish', 'shipments', '--work-ms', 10);
+	$start->(
+		'a', {},     $service,     '--amqp',
+		$amqp,       '--dsn',      $dsn,     '--queue',
+		'orders',    '--consumer', 'orders', '--publish',
+		'shipments', '--work-ms',  10);
 	waitpid($pid{relay}, 0);    # it killed itself after a confirm
 	forget_pid($pid{relay});
-	$start->('relay', {}, $relay, '--mode', 'table', '--dsn', $dsn, '--amqp', $amqp, '--poll', 0.05);
+	$start->(
+		'relay', {}, $relay,   '--mode', 'table',  '--dsn',
+		$dsn,        '--amqp', $amqp,    '--poll', 0.05);
 	my $done = wait_until(sub { $applied->('shipping') >= $n });
 	stop_group($pid{$_}, 10) for qw(relay a b);
-	my ($a_rows, $b_rows, $b_ids) = split /\|/, psql(q{
+	my ($a_rows, $b_rows, $b_ids) = split /\|/, psql(
+		q{
 SELECT count(*) FILTER (WHERE service = 'orders'), count(*) FILTER (WHERE service = 'shipping'),
-       count(DISTINCT origin) FILTER (WHERE service = 'shipping') FROM applied});
-	my $dups = () = read_file("$tmp/b.log") =~ /"claim": false/g;
+       count(DISTINCT origin) FILTER (WHERE service = 'shipping') FROM applied}
+	);
+	my $dups   = () = read_file("$tmp/b.log") =~ /"claim": false/g;
 	my $resent = psql('SELECT count(*) FROM dedup_outbox WHERE attempts > 1');
-	my $ok = $done && $a_rows == $n && $b_rows == $n && $b_ids == $n;
+	my $ok     = $done && $a_rows == $n && $b_rows == $n && $b_ids == $n;
 	return {
-		ok => $ok,
-		line => sprintf('chain: %d orders · A killed once, applied %d · relay killed after a confirm, %d messages leased again · B applied %d, duplicates suppressed %d · %s',
-			$n, $a_rows, $resent, $b_rows, $dups,
-			$ok ? 'every order applied exactly once at both hops, none lost' : 'WRONG')
+		ok   => $ok,
+		line => sprintf(
+			'chain: %d orders · A killed once, applied %d · relay killed after a confirm, %d messages leased again · B applied %d, duplicates suppressed %d · %s',
+			$n,
+			$a_rows,
+			$resent,
+			$b_rows,
+			$dups,
+			$ok
+			? 'every order applied exactly once at both hops, none lost'
+			: 'WRONG')
 	};
 }

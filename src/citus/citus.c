@@ -213,11 +213,11 @@ static void
 refuse_managed(Oid relid)
 {
 	ereport(ERROR,
-			errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-			errmsg("table \"%s\" of extension \"dedup\" is managed by Citus",
-				   get_rel_name(relid)),
-			errdetail("It is a distributed, reference or Citus local table (it is in pg_dist_partition): its rows are in shards that dedup, which reads and writes the table itself, never sees."),
-			errhint("Keep the extension's tables local on the coordinator and distribute only the business tables: save the records, then run DROP EXTENSION dedup CASCADE and CREATE EXTENSION dedup on the coordinator (undistribute_table refuses a table of an extension)."));
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("table \"%s\" of extension \"dedup\" is managed by Citus",
+					get_rel_name(relid)),
+			 errdetail("It is a distributed, reference or Citus local table (it is in pg_dist_partition): its rows are in shards that dedup, which reads and writes the table itself, never sees."),
+			 errhint("Keep the extension's tables local on the coordinator and distribute only the business tables: save the records, then run DROP EXTENSION dedup CASCADE and CREATE EXTENSION dedup on the coordinator (undistribute_table refuses a table of an extension).")));
 }
 
 /*
@@ -237,10 +237,10 @@ require_2pc(void)
 	}
 	if (use_2pc == NULL)
 		ereport(ERROR,
-				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				errmsg("dedup cannot make this Citus coordinator commit with two-phase commit"),
-				errdetail("The Citus library does not export Use2PCForCoordinatedTransaction: a write to a worker in this transaction would be committed before the claim, and lost claims would let redelivered messages be applied again."),
-				errhint("Use a Citus build that exports it, or keep dedup on a node that is not a Citus coordinator with workers."));
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("dedup cannot make this Citus coordinator commit with two-phase commit"),
+				 errdetail("The Citus library does not export Use2PCForCoordinatedTransaction: a write to a worker in this transaction would be committed before the claim, and lost claims would let redelivered messages be applied again."),
+				 errhint("Use a Citus build that exports it, or keep dedup on a node that is not a Citus coordinator with workers.")));
 	use_2pc();
 }
 
@@ -312,11 +312,11 @@ dedup_citus_check(const DedupRelations *rels)
 			group = dedup_citus_group();
 			if (group != CITUS_COORDINATOR_GROUP && !dedup_is_background_worker())
 				ereport(ERROR,
-						errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("dedup cannot be used on a Citus worker node"),
-						errdetail("This node is in Citus group %d: no distributed query reads its table \"%s\", so a message claimed here could be claimed again on the coordinator or on another node.",
-								  group, get_rel_name(rels->messages)),
-						errhint("Claim on the coordinator, in the transaction that updates the distributed tables, and do not distribute dedup's functions with create_distributed_function."));
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("dedup cannot be used on a Citus worker node"),
+						 errdetail("This node is in Citus group %d: no distributed query reads its table \"%s\", so a message claimed here could be claimed again on the coordinator or on another node.",
+								   group, get_rel_name(rels->messages)),
+						 errhint("Claim on the coordinator, in the transaction that updates the distributed tables, and do not distribute dedup's functions with create_distributed_function.")));
 
 			catalog = citus_catalog("pg_dist_node");
 			checked_needs_2pc = group == CITUS_COORDINATOR_GROUP &&

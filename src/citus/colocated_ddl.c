@@ -69,8 +69,8 @@ register_records(Oid records)
 
 	if (rel == NULL)
 		ereport(ERROR,
-				errcode(ERRCODE_UNDEFINED_TABLE),
-				errmsg("relation with OID %u does not exist", records));
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", records)));
 	if (!dedup_class_ownercheck(records, GetUserId()))
 		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE,
 					   RelationGetRelationName(rel));
@@ -122,17 +122,17 @@ dedup_register_colocated_records(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
-				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("argument \"records\" of dedup_register_colocated_records must not be null"));
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"records\" of dedup_register_colocated_records must not be null")));
 	records = PG_GETARG_OID(0);
 	PreventCommandDuringRecovery(call);
 	PreventCommandIfReadOnly(call);
 	dedup_colocated_check_node(call);
 	if (!register_records(records))
 		ereport(NOTICE,
-				errcode(ERRCODE_DUPLICATE_OBJECT),
-				errmsg("table \"%s\" is already registered as colocated records, skipping",
-					   get_rel_name(records)));
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("table \"%s\" is already registered as colocated records, skipping",
+						get_rel_name(records))));
 	PG_RETURN_OID(records);
 }
 
@@ -168,21 +168,21 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 	for (int i = 0; i < 2; i++)
 		if (PG_ARGISNULL(i))
 			ereport(ERROR,
-					errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					errmsg("argument \"%s\" of dedup_create_colocated_records must not be null",
-						   i == 0 ? "records_table" : "colocate_with"));
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" of dedup_create_colocated_records must not be null",
+							i == 0 ? "records_table" : "colocate_with")));
 	if (VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(0)) == 0)
 		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("argument \"records_table\" of dedup_create_colocated_records must not be empty"));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"records_table\" of dedup_create_colocated_records must not be empty")));
 	colocate_with = PG_GETARG_OID(1);
 	PreventCommandDuringRecovery(call);
 	PreventCommandIfReadOnly(call);
 	dedup_colocated_check_node(call);
 	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(colocate_with)))
 		ereport(ERROR,
-				errcode(ERRCODE_UNDEFINED_TABLE),
-				errmsg("relation with OID %u does not exist", colocate_with));
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", colocate_with)));
 	if (!dedup_class_ownercheck(colocate_with, GetUserId()))
 		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE,
 					   get_rel_name(colocate_with));
@@ -191,12 +191,12 @@ dedup_create_colocated_records(PG_FUNCTION_ARGS)
 	column = dedup_citus_hash_column(colocate_with);
 	if (column == InvalidAttrNumber)
 		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("table \"%s\" is not a hash-distributed table",
-					   get_rel_name(colocate_with)),
-				errdetail("Colocated records are distributed by the business table's distribution column; a reference, local or append-distributed table has none."),
-				errhint("Distribute it with create_distributed_table('%s', 'its_key') first.",
-						get_rel_name(colocate_with)));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("table \"%s\" is not a hash-distributed table",
+						get_rel_name(colocate_with)),
+				 errdetail("Colocated records are distributed by the business table's distribution column; a reference, local or append-distributed table has none."),
+				 errhint("Distribute it with create_distributed_table('%s', 'its_key') first.",
+						 get_rel_name(colocate_with))));
 	get_atttypetypmodcoll(colocate_with, column, &route_type, &route_typmod,
 						  &route_collation);
 
@@ -267,8 +267,8 @@ dedup_colocated_dropped(PG_FUNCTION_ARGS)
 
 	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
 		ereport(ERROR,
-				errcode(ERRCODE_E_R_I_E_EVENT_TRIGGER_PROTOCOL_VIOLATED),
-				errmsg("dedup_colocated_dropped() must be called as an event trigger"));
+				(errcode(ERRCODE_E_R_I_E_EVENT_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("dedup_colocated_dropped() must be called as an event trigger")));
 	if (!OidIsValid(registry))
 		PG_RETURN_VOID();
 

@@ -33,9 +33,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "tcop/utility.h"
 #include "utils/acl.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -206,11 +204,11 @@ colocated_each(const char *what, const DedupRelations *rels, List *tables,
 			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 				ReThrowError(edata);
 			ereport(WARNING,
-					errcode(edata->sqlerrcode),
-					errmsg("dedup could not %s colocated records table \"%s\": %s",
-						   what, name ? name : "?", edata->message),
-					edata->detail ? errdetail("%s", edata->detail) : 0,
-					errhint("The other registered tables are not held up by it."));
+					(errcode(edata->sqlerrcode),
+					 errmsg("dedup could not %s colocated records table \"%s\": %s",
+							what, name ? name : "?", edata->message),
+					 edata->detail ? errdetail("%s", edata->detail) : 0,
+					 errhint("The other registered tables are not held up by it.")));
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();
@@ -228,9 +226,9 @@ sweep_for_caller(const DedupRelations *rels, Oid records, void *arg)
 	if (pg_class_aclmask(records, GetUserId(), ACL_SELECT | ACL_DELETE,
 						 ACLMASK_ALL) != (ACL_SELECT | ACL_DELETE))
 		ereport(ERROR,
-				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				errmsg("permission denied for table %s", get_rel_name(records)),
-				errdetail("dedup_sweep_colocated() sweeps a table, as its owner, for a caller with SELECT and DELETE on it."));
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for table %s", get_rel_name(records)),
+				 errdetail("dedup_sweep_colocated() sweeps a table, as its owner, for a caller with SELECT and DELETE on it.")));
 	*(uint64 *) arg += dedup_colocated_sweep_table(rels, records);
 }
 
@@ -257,9 +255,9 @@ dedup_sweep_colocated(PG_FUNCTION_ARGS)
 	registry = dedup_registry_open(&rels);
 	if (!PG_ARGISNULL(0) && !dedup_registry_has(registry, PG_GETARG_OID(0)))
 		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("table \"%s\" is not a colocated records table of dedup",
-					   get_rel_name(PG_GETARG_OID(0)) ? get_rel_name(PG_GETARG_OID(0)) : "?"));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("table \"%s\" is not a colocated records table of dedup",
+						get_rel_name(PG_GETARG_OID(0)) ? get_rel_name(PG_GETARG_OID(0)) : "?")));
 	table_close(registry, AccessShareLock);
 	if (PG_ARGISNULL(0))
 		colocated_each("sweep", rels, dedup_colocated_tables(rels),

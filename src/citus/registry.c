@@ -52,17 +52,17 @@ dedup_colocated_check_node(const char *function)
 
 	if (group < 0)
 		ereport(ERROR,
-				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				errmsg("%s needs Citus", function),
-				errdetail("Colocated records are distributed tables of a Citus cluster; the citus extension is not installed in this database."),
-				errhint("Without Citus, keep the records in processed_messages: claim with dedup_claim(), look with dedup_seen(), forget with dedup_forget()."));
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s needs Citus", function),
+				 errdetail("Colocated records are distributed tables of a Citus cluster; the citus extension is not installed in this database."),
+				 errhint("Without Citus, keep the records in processed_messages: claim with dedup_claim(), look with dedup_seen(), forget with dedup_forget().")));
 	if (group != 0)
 		ereport(ERROR,
-				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				errmsg("%s must be called on the Citus coordinator", function),
-				errdetail("This node is in Citus group %d; colocated records are reached through the coordinator's distributed planner.",
-						  group),
-				errhint("Call it on the coordinator, in the transaction that updates the business rows."));
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s must be called on the Citus coordinator", function),
+				 errdetail("This node is in Citus group %d; colocated records are reached through the coordinator's distributed planner.",
+						   group),
+				 errhint("Call it on the coordinator, in the transaction that updates the business rows.")));
 }
 
 /*
@@ -89,9 +89,9 @@ dedup_registry_open(const DedupRelations **rels)
 	PG_END_TRY();
 	if (registry == NULL)
 		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("extension \"dedup\" has no colocated records before version 1.2"),
-				errhint("Run ALTER EXTENSION dedup UPDATE."));
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"dedup\" has no colocated records before version 1.2"),
+				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
 	return registry;
 }
 
@@ -147,10 +147,10 @@ static void
 refuse_shape(Relation rel, const char *what)
 {
 	ereport(ERROR,
-			errcode(ERRCODE_WRONG_OBJECT_TYPE),
-			errmsg("table \"%s\" is not usable as colocated records", RelationGetRelationName(rel)),
-			errdetail("%s", what),
-			errhint("Records tables are made by dedup_create_colocated_records(); one made otherwise must have exactly that shape, and none may be altered."));
+			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			 errmsg("table \"%s\" is not usable as colocated records", RelationGetRelationName(rel)),
+			 errdetail("%s", what),
+			 errhint("Records tables are made by dedup_create_colocated_records(); one made otherwise must have exactly that shape, and none may be altered.")));
 }
 
 /* Check a column of a records table: its name and (unless InvalidOid) type */
@@ -208,20 +208,20 @@ check_indexes(Relation rel)
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index form = index->rd_index;
 		bool		plain = form->indisvalid &&
-			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
-			heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
+		heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+		heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
 
 		if (form->indisprimary)
 			has_primary_key = plain && form->indnatts == lengthof(primary_key) &&
 				index_is_on(form, primary_key, lengthof(primary_key));
 		else if (form->indisunique || form->indisexclusion)
 			ereport(ERROR,
-					errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					errmsg("table \"%s\" is not usable as colocated records",
-						   RelationGetRelationName(rel)),
-					errdetail("It has the unique index or exclusion constraint \"%s\" besides its primary key: a claim of one key would be a duplicate of another.",
-							  RelationGetRelationName(index)),
-					errhint("Drop it: the primary key (route, consumer, message_id) is the only key of a records table."));
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("table \"%s\" is not usable as colocated records",
+							RelationGetRelationName(rel)),
+					 errdetail("It has the unique index or exclusion constraint \"%s\" besides its primary key: a claim of one key would be a duplicate of another.",
+							   RelationGetRelationName(index)),
+					 errhint("Drop it: the primary key (route, consumer, message_id) is the only key of a records table.")));
 		else if (plain && index->rd_rel->relam == BTREE_AM_OID &&
 				 index_is_on(form, sweep_key, lengthof(sweep_key)))
 			has_sweep_index = true;
@@ -273,28 +273,28 @@ check_no_user_code(Relation rel)
 
 			if (trigger->tgtype != TRIGGER_TYPE_TRUNCATE)
 				ereport(ERROR,
-						errcode(ERRCODE_WRONG_OBJECT_TYPE),
-						errmsg("table \"%s\" is not usable as colocated records",
-							   RelationGetRelationName(rel)),
-						errdetail("It has trigger \"%s\", whose code the sweep and the claims would run.",
-								  trigger->tgname),
-						errhint("Drop it (a foreign key referencing the table has triggers on it too); records tables carry no triggers, rules or row security."));
+						(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						 errmsg("table \"%s\" is not usable as colocated records",
+								RelationGetRelationName(rel)),
+						 errdetail("It has trigger \"%s\", whose code the sweep and the claims would run.",
+								   trigger->tgname),
+						 errhint("Drop it (a foreign key referencing the table has triggers on it too); records tables carry no triggers, rules or row security.")));
 		}
 	}
 	if (rel->rd_rules != NULL)
 		ereport(ERROR,
-				errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				errmsg("table \"%s\" is not usable as colocated records",
-					   RelationGetRelationName(rel)),
-				errdetail("It has a rule, which would rewrite the sweep's and the claims' statements."),
-				errhint("Drop each of its rules with DROP RULE; records tables carry no triggers, rules or row security."));
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("table \"%s\" is not usable as colocated records",
+						RelationGetRelationName(rel)),
+				 errdetail("It has a rule, which would rewrite the sweep's and the claims' statements."),
+				 errhint("Drop each of its rules with DROP RULE; records tables carry no triggers, rules or row security.")));
 	if (rel->rd_rel->relrowsecurity || rel->rd_rel->relforcerowsecurity)
 		ereport(ERROR,
-				errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				errmsg("table \"%s\" is not usable as colocated records",
-					   RelationGetRelationName(rel)),
-				errdetail("Row security is enabled on it: its policies would decide which rows the sweep and the claims see, and run their functions."),
-				errhint("Run ALTER TABLE ... DISABLE ROW LEVEL SECURITY and NO FORCE ROW LEVEL SECURITY on it."));
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("table \"%s\" is not usable as colocated records",
+						RelationGetRelationName(rel)),
+				 errdetail("Row security is enabled on it: its policies would decide which rows the sweep and the claims see, and run their functions."),
+				 errhint("Run ALTER TABLE ... DISABLE ROW LEVEL SECURITY and NO FORCE ROW LEVEL SECURITY on it.")));
 }
 
 /*

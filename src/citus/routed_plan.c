@@ -105,11 +105,11 @@ dedup_colocated_table(Oid relid)
 		table_close(registry, AccessShareLock);
 		if (!registered)
 			ereport(ERROR,
-					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					errmsg("table \"%s\" is not a colocated records table of dedup",
-						   get_rel_name(relid) ? get_rel_name(relid) : "?"),
-					errdetail("Routed claims write only to the tables registered in dedup_colocated_tables, by dedup_create_colocated_records() or dedup_register_colocated_records()."),
-					errhint("Create one with dedup_create_colocated_records('processed_messages_by_customer', 'your_distributed_table'), or register an existing one with dedup_register_colocated_records()."));
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("table \"%s\" is not a colocated records table of dedup",
+							get_rel_name(relid) ? get_rel_name(relid) : "?"),
+					 errdetail("Routed claims write only to the tables registered in dedup_colocated_tables, by dedup_create_colocated_records() or dedup_register_colocated_records()."),
+					 errhint("Create one with dedup_create_colocated_records('processed_messages_by_customer', 'your_distributed_table'), or register an existing one with dedup_register_colocated_records().")));
 		rel = table_open(relid, AccessShareLock);
 		table->route_type = dedup_check_records_table(rel);
 		table_close(rel, AccessShareLock);
@@ -133,9 +133,9 @@ route_equality(ColocatedTable *table)
 
 	if (!OidIsValid(tc->eq_opr))
 		ereport(ERROR,
-				errcode(ERRCODE_UNDEFINED_FUNCTION),
-				errmsg("could not identify an equality operator for type %s",
-					   format_type_be(table->route_type)));
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("could not identify an equality operator for type %s",
+						format_type_be(table->route_type))));
 	tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(tc->eq_opr));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for operator %u", tc->eq_opr);
@@ -172,9 +172,9 @@ dedup_routed_plan(ColocatedTable *table, RoutedStatement kind)
 		case ROUTED_CLAIM_MANY:
 
 			/*
-			 * one row per key, in a single-row VALUES: Citus routes it to
-			 * the shard as one statement (an INSERT ... SELECT would go
-			 * through intermediate results, and two-phase commit)
+			 * one row per key, in a single-row VALUES: Citus routes it to the
+			 * shard as one statement (an INSERT ... SELECT would go through
+			 * intermediate results, and two-phase commit)
 			 */
 			appendStringInfo(&sql,
 							 "INSERT INTO %s AS r (route, consumer, message_id) "

@@ -73,8 +73,8 @@ struct ClaimWriter
 	Relation	key_index;		/* the table's key */
 	List	   *indexes;		/* OIDs of all the table's indexes */
 	List	   *arbiters;		/* ON CONFLICT's arbiter indexes, found so
-								 * far; NIL: every unique index and
-								 * exclusion constraint */
+								 * far; NIL: every unique index and exclusion
+								 * constraint */
 	bool		all_indexes_open;	/* or only the key, so far */
 	int			natts;			/* its attributes, dropped ones included */
 	AttrNumber	fingerprint_attnum; /* 0 before 1.1 (no fingerprint column) */
@@ -137,9 +137,9 @@ claim_check_visible(ClaimWriter *writer, TupleTableSlot *slot)
 		!table_tuple_satisfies_snapshot(writer->rel, slot,
 										writer->estate->es_snapshot) &&
 		!TransactionIdIsCurrentTransactionId(
-			DatumGetTransactionId(slot_getsysattr(slot,
-												  MinTransactionIdAttributeNumber,
-												  &isnull))))
+											 DatumGetTransactionId(slot_getsysattr(slot,
+																				   MinTransactionIdAttributeNumber,
+																				   &isnull))))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent update")));
@@ -689,9 +689,9 @@ dedup_claim_writer_upsert(ClaimWriter *writer, const Datum *values,
 								  &tmfd);
 		if (result == TM_Invisible &&
 			TransactionIdIsCurrentTransactionId(
-				DatumGetTransactionId(slot_getsysattr(existing,
-													  MinTransactionIdAttributeNumber,
-													  &isnull))))
+												DatumGetTransactionId(slot_getsysattr(existing,
+																					  MinTransactionIdAttributeNumber,
+																					  &isnull))))
 		{
 			/*
 			 * This statement wrote the row itself (it inserted the key

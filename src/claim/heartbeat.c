@@ -21,7 +21,6 @@
 #include "postgres.h"
 
 #include "port/atomics.h"
-#include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 

@@ -32,7 +32,6 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "utils/builtins.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -130,7 +129,7 @@ dedup_seen(PG_FUNCTION_ARGS)
 	values[1] = TimestampTzGetDatum(processed_at);
 	nulls[1] = !seen;
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
-													   values, nulls)));
+													  values, nulls)));
 }
 
 /*
@@ -199,7 +198,7 @@ dedup_forget_since(PG_FUNCTION_ARGS)
 
 	rels = dedup_relations(false);
 	forgotten = dedup_tid_delete_range(rels, PG_GETARG_TEXT_PP(0), since, DT_NOEND,
-								  0, NULL);
+									   0, NULL);
 
 	dedup_audit_forget_since(PG_GETARG_TEXT_PP(0), since, forgotten);
 	PG_RETURN_INT64((int64) forgotten);

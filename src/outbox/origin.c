@@ -39,6 +39,7 @@
 #include "port/pg_bswap.h"
 #include "utils/memutils.h"
 
+#include "compat.h"				/* keep: varatt.h on 16 and later */
 #include "outbox/outbox.h"
 
 /* the claim the ids are derived from */

@@ -59,7 +59,6 @@
 #include "nodes/primnodes.h"
 #include "replication/message.h"
 #include "storage/lmgr.h"
-#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -771,9 +770,9 @@ Datum
 dedup_outbox_valid(PG_FUNCTION_ARGS)
 {
 	const char *argument = PG_ARGISNULL(1) ? "value" :
-		text_to_cstring(PG_GETARG_TEXT_PP(1));
+	text_to_cstring(PG_GETARG_TEXT_PP(1));
 	const char *function = PG_ARGISNULL(2) ? "dedup" :
-		text_to_cstring(PG_GETARG_TEXT_PP(2));
+	text_to_cstring(PG_GETARG_TEXT_PP(2));
 
 	dedup_outbox_check_name(function, argument, PG_GETARG_DATUM(0),
 							PG_ARGISNULL(0), DEDUP_OUTBOX_MAX_NAME_BYTES);

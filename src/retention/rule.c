@@ -38,7 +38,6 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/datetime.h"
 #include "utils/datum.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -194,7 +193,7 @@ Datum
 dedup_valid_consumer(PG_FUNCTION_ARGS)
 {
 	const char *function_name = PG_ARGISNULL(1) ? "dedup" :
-		text_to_cstring(PG_GETARG_TEXT_PP(1));
+	text_to_cstring(PG_GETARG_TEXT_PP(1));
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,

@@ -148,7 +148,7 @@ dedup_sweep_batch(const DedupRelations *rels, DedupSweepTarget *target,
 				  int batch_size)
 {
 	return dedup_tid_delete_range(rels, target->consumer, target->resume,
-							 target->cutoff, batch_size, &target->resume);
+								  target->cutoff, batch_size, &target->resume);
 }
 
 /*

@@ -90,7 +90,7 @@ PG_FUNCTION_INFO_V1(dedup_stats_reset);
 #define STATS_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.stat"
 #define STATS_FILE_TMP	STATS_FILE ".tmp"
 #define STATS_MARKER	PGSTAT_STAT_PERMANENT_DIRECTORY "/dedup.live"
-#define STATS_FILE_MAGIC 0x64656475	/* "dedu" */
+#define STATS_FILE_MAGIC 0x64656475 /* "dedu" */
 #define STATS_FILE_VERSION 6
 #define STATS_FILE_VERSION_5 5	/* still read: see stats_load() */
 #define STATS_FILE_VERSION_4 4
@@ -248,8 +248,8 @@ stats_shut_down_cleanly(void)
 	bool		crc_ok;
 	ControlFileData *control = get_controlfile(DataDir, &crc_ok);
 	bool		clean = crc_ok &&
-		(control->state == DB_SHUTDOWNED ||
-		 control->state == DB_SHUTDOWNED_IN_RECOVERY);
+	(control->state == DB_SHUTDOWNED ||
+	 control->state == DB_SHUTDOWNED_IN_RECOVERY);
 
 	pfree(control);
 	return clean;

@@ -185,7 +185,7 @@ dedup_forget_stream_positions(PG_FUNCTION_ARGS)
 
 		ExecClearTuple(ps.slot);
 		if (dedup_tid_delete_row(ps.rel, ps.index, ps.keys, ps.nkeys, &tid,
-							 ps.slot))
+								 ps.slot))
 			deleted++;
 	}
 	positions_end(&ps);

@@ -80,7 +80,6 @@
 #include "commands/dbcommands.h"
 #include "common/hashfn.h"
 #include "executor/executor.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -124,6 +123,7 @@ static const struct
 	const char *name;
 	const char *value;
 }			sweeper_settings[] =
+
 {
 	/* nothing the sweep runs is looked up through a user's search_path */
 	{"search_path", "pg_catalog, pg_temp"},
@@ -242,8 +242,8 @@ sweeper_apply_settings(void)
 
 	/*
 	 * As autovacuum's workers: no commit waits for a standby (a standby that
-	 * is gone would stall the sweep, and every database after it); a
-	 * failover may only bring back rows that a later sweep deletes again.
+	 * is gone would stall the sweep, and every database after it); a failover
+	 * may only bring back rows that a later sweep deletes again.
 	 */
 	if (synchronous_commit > SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
 		SetConfigOption("synchronous_commit", "local", PGC_SUSET,
@@ -543,10 +543,10 @@ sweeper_sweep_colocated(TimestampTz deadline)
 			if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			{
 				ereport(LOG,
-						errcode(edata->sqlerrcode),
-						errmsg("dedup sweep of colocated records table %s failed: %s",
-							   (char *) lfirst(lc2), edata->message),
-						errdetail("The other registered tables are swept all the same; this one is tried again at the next sweep."));
+						(errcode(edata->sqlerrcode),
+						 errmsg("dedup sweep of colocated records table %s failed: %s",
+								(char *) lfirst(lc2), edata->message),
+						 errdetail("The other registered tables are swept all the same; this one is tried again at the next sweep.")));
 				dedup_sweeper_error(psprintf("colocated records table %s: %s",
 											 (char *) lfirst(lc2),
 											 edata->message));
@@ -665,6 +665,7 @@ sweeper_prepared_xacts(TimestampTz *oldest)
 {
 	FmgrInfo	flinfo;
 	ReturnSetInfo rsinfo;
+
 	LOCAL_FCINFO(fcinfo, 0);
 	int			nprepared = 0;
 

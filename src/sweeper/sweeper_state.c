@@ -95,8 +95,8 @@ typedef struct DatabaseSlot
 	int64		total_rows;
 	TimestampTz last_error_at;
 	char		last_error[ERROR_LEN];
-	uint32		invalid_windows;	/* a hash of the invalid retention
-									 * windows last logged, 0 if none */
+	uint32		invalid_windows;	/* a hash of the invalid retention windows
+									 * last logged, 0 if none */
 	Oid			vacuum_cut_relid;	/* the table whose VACUUM the time limit
 									 * stopped, or InvalidOid */
 	int64		vacuum_cut_count;	/* its VACUUM count then */

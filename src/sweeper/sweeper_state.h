@@ -22,7 +22,8 @@ typedef enum DedupSweepOutcome
 	DEDUP_SWEEP_VACUUMING,		/* deletes over, vacuuming what they left */
 	DEDUP_SWEEP_FAILED,			/* error, or the sweeper died */
 	DEDUP_SWEEP_DONE,			/* every expired row deleted */
-	DEDUP_SWEEP_PARTIAL,		/* stopped early: time limit, DDL, a locked row */
+	DEDUP_SWEEP_PARTIAL,		/* stopped early: time limit, DDL, a locked
+								 * row */
 	DEDUP_SWEEP_BLOCKED,		/* another session holds a lock it needs */
 	DEDUP_SWEEP_NO_EXTENSION	/* dedup is not installed there */
 } DedupSweepOutcome;

@@ -64,7 +64,6 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/dependency.h"
-#include "catalog/indexing.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
@@ -89,6 +88,18 @@ static bool callback_registered = false;
 
 /* run at every lookup, before the tables are checked (dedup_relations_guard) */
 static DedupRelationsGuard relations_guard = NULL;
+
+/*
+ * The guard, which _PG_init sets on every load: a lookup without one fails
+ * rather than go on unguarded.
+ */
+static void
+run_guard(const DedupRelations *rels)
+{
+	if (relations_guard == NULL)
+		elog(ERROR, "dedup: the table lookup has no guard set");
+	relations_guard(rels);
+}
 
 static void
 relations_invalidate(Datum arg, Oid relid)
@@ -566,7 +577,8 @@ typedef enum RelationsLoad
 {
 	RELATIONS_LOADED,
 	RELATIONS_NO_EXTENSION,
-	RELATIONS_GONE				/* dropped while we looked, or waited for a lock */
+	RELATIONS_GONE				/* dropped while we looked, or waited for a
+								 * lock */
 } RelationsLoad;
 
 static RelationsLoad
@@ -593,18 +605,18 @@ relations_load(DedupRelations *rels)
 		Oid			schema;
 
 		/*
-		 * A DROP EXTENSION that committed since the extension was found
-		 * (the lookups above may have taken its invalidations) is not a
-		 * missing table: look again
+		 * A DROP EXTENSION that committed since the extension was found (the
+		 * lookups above may have taken its invalidations) is not a missing
+		 * table: look again
 		 */
 		if (extension_lookup(&schema) != rels->extension)
 			return RELATIONS_GONE;
 		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("table \"%s\" of extension \"dedup\" is missing",
-					   OidIsValid(rels->messages) ? "dedup_retention" : "processed_messages"),
-				errdetail("It is not in the extension's schema, or it is no longer a member of the extension."),
-				errhint("Restore it, or drop and create the extension again."));
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s\" of extension \"dedup\" is missing",
+						OidIsValid(rels->messages) ? "dedup_retention" : "processed_messages"),
+				 errdetail("It is not in the extension's schema, or it is no longer a member of the extension."),
+				 errhint("Restore it, or drop and create the extension again.")));
 	}
 	/* dedup_consumer_roles exists from version 1.1 on, as fingerprint */
 	rels->consumer_roles = member_table(rels->extension, rels->schema,
@@ -616,8 +628,7 @@ relations_load(DedupRelations *rels)
 	rels->colocated = member_table(rels->extension, rels->schema,
 								   "dedup_colocated_tables");
 	/* before the checks of the tables' shape, which Citus also changes */
-	if (relations_guard != NULL)
-		relations_guard(rels);
+	run_guard(rels);
 
 	/*
 	 * Each table is locked before it is looked at.  DROP EXTENSION may hold
@@ -734,8 +745,7 @@ dedup_relations(bool missing_ok)
 		cached = rels;
 		cached_valid = true;
 	}
-	if (relations_guard != NULL)
-		relations_guard(&cached);
+	run_guard(&cached);
 	return &cached;
 }
 

@@ -73,7 +73,7 @@ row_matches(Relation index, TupleTableSlot *slot, const ScanKeyData *keys,
  */
 bool
 dedup_tid_delete_row(Relation rel, Relation index, const ScanKeyData *keys,
-				 int nkeys, ItemPointer tid, TupleTableSlot *slot)
+					 int nkeys, ItemPointer tid, TupleTableSlot *slot)
 {
 	CommandId	cid = GetCurrentCommandId(true);
 	Snapshot	snapshot = GetActiveSnapshot();
@@ -131,8 +131,8 @@ dedup_tid_delete_row(Relation rel, Relation index, const ScanKeyData *keys,
  */
 uint64
 dedup_tid_delete_range(const DedupRelations *rels, text *consumer,
-				  TimestampTz from, TimestampTz before, int limit,
-				  TimestampTz *last)
+					   TimestampTz from, TimestampTz before, int limit,
+					   TimestampTz *last)
 {
 	Relation	rel = table_open(rels->messages, RowExclusiveLock);
 	Relation	index = index_open(rels->messages_time, AccessShareLock);
@@ -145,12 +145,12 @@ dedup_tid_delete_range(const DedupRelations *rels, text *consumer,
 	/* what a DELETE checks: a publication may need the rows' identity */
 	CheckCmdReplicaIdentity(rel, CMD_DELETE);
 	dedup_scan_key(&keys[0], index, 1, BTEqualStrategyNumber,
-			 PointerGetDatum(consumer));
+				   PointerGetDatum(consumer));
 	dedup_scan_key(&keys[1], index, 2, BTGreaterEqualStrategyNumber,
-			 TimestampTzGetDatum(from));
+				   TimestampTzGetDatum(from));
 	if (before != DT_NOEND)
 		dedup_scan_key(&keys[nkeys++], index, 2, BTLessStrategyNumber,
-				 TimestampTzGetDatum(before));
+					   TimestampTzGetDatum(before));
 	scan = dedup_index_beginscan(rel, index, GetActiveSnapshot(), nkeys);
 	index_rescan(scan, keys, nkeys, NULL, 0);
 

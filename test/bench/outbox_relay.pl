@@ -37,9 +37,9 @@ use Time::HiRes qw(time);
 
 my $python = find_python('pika', 'psycopg2')
   or die "python3-pika and python3-psycopg2 are needed (test/setup.sh)\n";
-my $relay = "$FindBin::Bin/../../src/relay/dedup_relay";
+my $relay  = "$FindBin::Bin/../../src/relay/dedup_relay";
 my $direct = "$FindBin::Bin/outbox_direct.py";
-my $tmp = tempdir('dedup-bench-outbox.XXXXXX', TMPDIR => 1, CLEANUP => 1);
+my $tmp    = tempdir('dedup-bench-outbox.XXXXXX', TMPDIR => 1, CLEANUP => 1);
 $| = 1;
 
 sub psql
@@ -67,7 +67,9 @@ my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
 die "$broker->{error}\n" if $broker->{error};
 $broker->wait_ready or die "$broker->{error}\n";
 my $amqp = "amqp://guest:guest\@127.0.0.1:$broker->{amqp_port}/%2F";
-my $dsn = join(' ', map { lc($_) . "=$ENV{\"PG\U$_\"}" } grep { defined $ENV{"PG\U$_"} } qw(host port database user));
+my $dsn  = join(' ',
+	map { lc($_) . "=$ENV{\"PG\U$_\"}" }
+	grep { defined $ENV{"PG\U$_"} } qw(host port database user));
 $dsn =~ s/database=/dbname=/;
 my @relay = ($python, $relay, '--dsn', $dsn, '--amqp', $amqp, '--batch', 100);
 
@@ -79,7 +81,9 @@ sub relay_rate
 	my (@args) = @_;
 	my (undef, $log) = run_ok(@relay, @args, '--exit-when-idle');
 	my @t = map {
-		/^(\d+)-(\d+)-(\d+) (\d+):(\d+):(\d+),(\d+) / ? ($4 * 3600 + $5 * 60 + $6 + $7 / 1000) : ()
+		/^(\d+)-(\d+)-(\d+) (\d+):(\d+):(\d+),(\d+) /
+		  ? ($4 * 3600 + $5 * 60 + $6 + $7 / 1000)
+		  : ()
 	} grep { /relaying|stopped;/ } split /\n/, $log;
 	my ($sent) = $log =~ /stopped; (\d+) messages sent/;
 	die "no rate in the relay's log:\n$log" unless @t == 2 && $sent;
@@ -89,17 +93,22 @@ sub relay_rate
 sub load
 {
 	my ($destination, $count) = @_;
+
 	# keys: customers 1..10000, as in outbox_publish_*.sql
-	psql(join('', map {
-		"SELECT count(dedup_publish('$destination', '{\"customer\": ' || c || ', \"points\": 120}', c::text)) FROM generate_series($_ * 100 + 1, $_ * 100 + 100) g, LATERAL (SELECT g % 10000 + 1 AS c) k;\n"
-	} 0 .. $count / 100 - 1));
+	psql(
+		join(
+			'',
+			map {
+				"SELECT count(dedup_publish('$destination', '{\"customer\": ' || c || ', \"points\": 120}', c::text)) FROM generate_series($_ * 100 + 1, $_ * 100 + 100) g, LATERAL (SELECT g % 10000 + 1 AS c) k;\n"
+			} 0 .. $count / 100 - 1));
 	return;
 }
 
 sub throughput
 {
 	my ($rounds, $count) = @_;
-	psql(q{
+	psql(
+		q{
 SELECT dedup_add_destination('bench_relay_t', 'table');
 SELECT dedup_add_destination('bench_relay_w', 'wal');
 CREATE PUBLICATION dedup_outbox;
@@ -108,20 +117,26 @@ SELECT pg_create_logical_replication_slot('bench_relay', 'pgoutput');
 	purge(qw(bench_direct bench_relay_t bench_relay_w));
 	for my $round (1 .. $rounds)
 	{
-		my ($v) = run_ok($python, $direct, $amqp, 'bench_direct', $count, 100, 'windowed');
+		my ($v) = run_ok($python, $direct, $amqp, 'bench_direct', $count, 100,
+			'windowed');
 		print "VALUE relay_direct $v\n";
 		purge('bench_direct');
-		($v) = run_ok($python, $direct, $amqp, 'bench_direct', $count, 100, 'blocking');
+		($v) = run_ok($python, $direct, $amqp, 'bench_direct', $count, 100,
+			'blocking');
 		print "VALUE relay_blocking $v\n";
 		purge('bench_direct');
 		load('bench_relay_t', $count);
-		print 'VALUE relay_table ' . relay_rate('--mode', 'table', '--destination', 'bench_relay_t') . "\n";
+		print 'VALUE relay_table '
+		  . relay_rate('--mode', 'table', '--destination', 'bench_relay_t')
+		  . "\n";
 		purge('bench_relay_t');
 		load('bench_relay_w', $count);
-		print 'VALUE relay_wal ' . relay_rate('--mode', 'wal', '--slot', 'bench_relay') . "\n";
+		print 'VALUE relay_wal '
+		  . relay_rate('--mode', 'wal', '--slot', 'bench_relay') . "\n";
 		purge('bench_relay_w');
 	}
-	psql(q{
+	psql(
+		q{
 SELECT pg_drop_replication_slot('bench_relay');
 DROP PUBLICATION dedup_outbox;
 TRUNCATE dedup_outbox;
@@ -133,7 +148,10 @@ sub soak
 {
 	my ($seconds, $sample, $rate, $retention, @settings) = @_;
 	my %set = map { split /=/, $_, 2 } @settings;
-	psql(join('', map { "ALTER SYSTEM SET $_ = '$set{$_}';\n" } sort keys %set) . qq{
+	psql(
+		join(
+			'', map { "ALTER SYSTEM SET $_ = '$set{$_}';\n" } sort keys %set)
+		  . qq{
 ALTER SYSTEM SET dedup.outbox_retention = $retention;
 ALTER SYSTEM SET dedup.sweep_enabled = on;
 ALTER SYSTEM SET dedup.sweep_interval = '1s';
@@ -142,40 +160,60 @@ SELECT pg_reload_conf();
 TRUNCATE dedup_outbox;
 });
 	purge('bench_table');
-	my $relay_h = IPC::Run::start([ @relay, '--mode', 'table', '--destination', 'bench_table' ],
+	my $relay_h = IPC::Run::start(
+		[ @relay, '--mode', 'table', '--destination', 'bench_table' ],
 		'<', \undef, '>', "$tmp/relay.log", '2>&1');
 	my $bench = IPC::Run::start(
-		[ 'pgbench', '-n', '-M', 'prepared', '-c', 2, '-j', 2, '-R', $rate, '-T', $seconds,
-		  '-f', "$FindBin::Bin/outbox_publish_table.sql" ],
-		'<', \undef, '>', "$tmp/pgbench.log", '2>&1');
+		[
+			'pgbench', '-n',
+			'-M',      'prepared',
+			'-c',      2,
+			'-j',      2,
+			'-R',      $rate,
+			'-T',      $seconds,
+			'-f',      "$FindBin::Bin/outbox_publish_table.sql"
+		],
+		'<',
+		\undef,
+		'>',
+		"$tmp/pgbench.log",
+		'2>&1');
 	my @samples;
 	my $next = time() + $sample;
-	my $end = time() + $seconds;
+	my $end  = time() + $seconds;
 	while (time() < $end)
 	{
 		select(undef, undef, undef, $next - time()) if $next > time();
 		$next += $sample;
-		my ($bytes, $rows, $unsent) = split /\|/, psql(q{
-SELECT pg_total_relation_size('dedup_outbox'), count(*), count(*) FILTER (WHERE sent_at IS NULL) FROM dedup_outbox});
+		my ($bytes, $rows, $unsent) = split /\|/, psql(
+			q{
+SELECT pg_total_relation_size('dedup_outbox'), count(*), count(*) FILTER (WHERE sent_at IS NULL) FROM dedup_outbox}
+		);
 		push @samples, [ $bytes, $rows, $unsent ];
 		print "NOTE sample: $bytes bytes, $rows rows, $unsent unsent\n";
 	}
 	$bench->finish or die "pgbench failed: " . read_file("$tmp/pgbench.log");
+
 	# the second half: bytes per live row
 	my @half = @samples[ int(@samples / 2) .. $#samples ];
-	print "VALUE outbox_soak_bytes_per_row " . sprintf('%.1f', $_->[0] / ($_->[1] || 1)) . "\n" for @half;
-	print "VALUE outbox_soak_rows $_->[1]\n" for @half;
+	print "VALUE outbox_soak_bytes_per_row "
+	  . sprintf('%.1f', $_->[0] / ($_->[1] || 1)) . "\n"
+	  for @half;
+	print "VALUE outbox_soak_rows $_->[1]\n"   for @half;
 	print "VALUE outbox_soak_unsent $_->[2]\n" for @half;
-	my ($fresh_bytes, $fresh_rows) = split /\|/, psql(q{
+	my ($fresh_bytes, $fresh_rows) = split /\|/, psql(
+		q{
 CREATE TABLE outbox_fresh (LIKE dedup_outbox INCLUDING ALL);
 INSERT INTO outbox_fresh OVERRIDING SYSTEM VALUE SELECT * FROM dedup_outbox;
 VACUUM ANALYZE outbox_fresh;
 SELECT pg_total_relation_size('outbox_fresh'), count(*) FROM outbox_fresh;
 });
-	print "VALUE outbox_fresh_bytes_per_row " . sprintf('%.1f', $fresh_bytes / ($fresh_rows || 1)) . "\n";
+	print "VALUE outbox_fresh_bytes_per_row "
+	  . sprintf('%.1f', $fresh_bytes / ($fresh_rows || 1)) . "\n";
 	$relay_h->signal('TERM');
 	$relay_h->finish;
-	psql(join('', map { "ALTER SYSTEM RESET $_;\n" } sort keys %set) . q{
+	psql(
+		join('', map { "ALTER SYSTEM RESET $_;\n" } sort keys %set) . q{
 DROP TABLE outbox_fresh;
 ALTER SYSTEM RESET dedup.outbox_retention;
 ALTER SYSTEM RESET dedup.sweep_enabled;
@@ -188,7 +226,7 @@ SELECT pg_reload_conf();
 }
 
 my $what = shift @ARGV;
-if ($what eq 'throughput') { throughput(@ARGV) }
-elsif ($what eq 'soak') { soak(@ARGV) }
-else { die "unknown: $what\n" }
+if    ($what eq 'throughput') { throughput(@ARGV) }
+elsif ($what eq 'soak')       { soak(@ARGV) }
+else                          { die "unknown: $what\n" }
 $broker->stop;

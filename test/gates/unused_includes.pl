@@ -8,7 +8,8 @@
 # warnings to an object file identical to the one of the whole file, and
 # the header is then no longer included at all (one that another header
 # still brings in may be used by the file, and the next PostgreSQL version
-# may not bring it in), the #include is not used: listed as FILE:LINE, exit
+# may not bring it in; for a catalog header, the _d.h made from it counts
+# as the header), the #include is not used: listed as FILE:LINE, exit
 # status 1.  --fix deletes them, one after the other, each only if the
 # file still compiles to the same object without it and the ones deleted
 # before it.
@@ -129,6 +130,19 @@ sub candidates
 	return @try;
 }
 
+# still_included($deps, $header): does the dependency list $deps (a .d
+# file) still name $header, or, for a catalog header, the one generated
+# from it (catalog/pg_type.h: catalog/pg_type_d.h, with the OIDs and the
+# column numbers that a file uses, which many server headers bring in
+# without the catalog header itself)?
+sub still_included
+{
+	my ($deps, $header) = @_;
+	my @names = ($header);
+	push @names, "$1_d.h" if $header =~ m{^(catalog/\w+)\.h\z};
+	return grep { $deps =~ m{(?:^|[\s/])\Q$_\E(?:\s|$)} } @names;
+}
+
 my (%text, @jobs);
 for my $k (0 .. $#sources)
 {
@@ -159,7 +173,7 @@ in_parallel(
 			if (   compile($src, join("\n", @lines), $name)
 				&& slurp("$tmp/$name.err") eq slurp("$tmp/base$k.err")
 				&& slurp("$tmp/$name.o") eq slurp("$tmp/base$k.o")
-				&& slurp("$tmp/$name.d") !~ m{(?:^|[\s/])\Q$header\E(?:\s|$)})
+				&& !still_included(slurp("$tmp/$name.d"), $header))
 			{
 				open(my $fh, '>', "$tmp/$name.unused") or die $!;
 				close $fh;

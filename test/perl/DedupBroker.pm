@@ -57,25 +57,26 @@ use DedupProcess;
 sub start
 {
 	my ($class, %opt) = @_;
-	my $dir = $opt{dir};
-	my $server = $ENV{RABBITMQ_SERVER} // '/usr/lib/rabbitmq/bin/rabbitmq-server';
+	my $dir    = $opt{dir};
+	my $server = $ENV{RABBITMQ_SERVER}
+	  // '/usr/lib/rabbitmq/bin/rabbitmq-server';
 	my $epmd = $ENV{EPMD} // '/usr/bin/epmd';
 	make_path("$dir/home", "$dir/mnesia", "$dir/log");
 
 	my $self = bless {
-		python => $opt{python},
+		python    => $opt{python},
 		amqp_port => free_port(),
 		dist_port => free_port(),
 		epmd_port => free_port(),
-		ctl_port => free_port(),
-		nodename => "dedup-test-$$\@localhost",
-		log => "$dir/log",
-		ready => 0,
-		started => time(),
+		ctl_port  => free_port(),
+		nodename  => "dedup-test-$$\@localhost",
+		log       => "$dir/log",
+		ready     => 0,
+		started   => time(),
 	}, $class;
-	write_file("$dir/enabled_plugins", '');      # no plugins (no management)
+	write_file("$dir/enabled_plugins",   '');    # no plugins (no management)
 	write_file("$dir/rabbitmq-env.conf", '');    # not /etc/rabbitmq's
-	write_file("$dir/rabbitmq.conf", <<"CONF");
+	write_file("$dir/rabbitmq.conf",     <<"CONF");
 listeners.tcp.1 = 127.0.0.1:$self->{amqp_port}
 loopback_users = none
 disk_free_limit.absolute = 1MB
@@ -85,20 +86,21 @@ log.console = false
 log.file.level = info
 CONF
 	$self->{env} = {
-		HOME => "$dir/home",    # the Erlang cookie
-		RABBITMQ_MNESIA_BASE => "$dir/mnesia",
-		RABBITMQ_LOG_BASE => "$dir/log",
-		RABBITMQ_NODENAME => $self->{nodename},
+		HOME                     => "$dir/home",           # the Erlang cookie
+		RABBITMQ_MNESIA_BASE     => "$dir/mnesia",
+		RABBITMQ_LOG_BASE        => "$dir/log",
+		RABBITMQ_NODENAME        => $self->{nodename},
 		RABBITMQ_NODE_IP_ADDRESS => '127.0.0.1',
-		RABBITMQ_NODE_PORT => $self->{amqp_port},
-		RABBITMQ_DIST_PORT => $self->{dist_port},
-		RABBITMQ_CONFIG_FILE => "$dir/rabbitmq.conf",
-		RABBITMQ_ADVANCED_CONFIG_FILE => "$dir/advanced.config",    # none
+		RABBITMQ_NODE_PORT       => $self->{amqp_port},
+		RABBITMQ_DIST_PORT       => $self->{dist_port},
+		RABBITMQ_CONFIG_FILE     => "$dir/rabbitmq.conf",
+		RABBITMQ_ADVANCED_CONFIG_FILE => "$dir/advanced.config",     # none
 		RABBITMQ_ENABLED_PLUGINS_FILE => "$dir/enabled_plugins",
-		RABBITMQ_CONF_ENV_FILE => "$dir/rabbitmq-env.conf",
-		RABBITMQ_CTL_DIST_PORT_MIN => $self->{ctl_port},
-		RABBITMQ_CTL_DIST_PORT_MAX => $self->{ctl_port},
-		ERL_EPMD_PORT => $self->{epmd_port},
+		RABBITMQ_CONF_ENV_FILE        => "$dir/rabbitmq-env.conf",
+		RABBITMQ_CTL_DIST_PORT_MIN    => $self->{ctl_port},
+		RABBITMQ_CTL_DIST_PORT_MAX    => $self->{ctl_port},
+		ERL_EPMD_PORT                 => $self->{epmd_port},
+
 		# one scheduler of each kind, none spinning while idle: a test's
 		# broker moves a few thousand messages, and Erlang's default busy
 		# waiting takes cores the servers under test need
@@ -109,7 +111,8 @@ CONF
 	for ($server, $epmd)
 	{
 		next if -x $_;
-		$self->{error} = "$_ is not installed (test/setup.sh installs rabbitmq-server)";
+		$self->{error} =
+		  "$_ is not installed (test/setup.sh installs rabbitmq-server)";
 		return $self;
 	}
 
@@ -119,11 +122,13 @@ CONF
 	my $epmd_up = wait_until(
 		sub {
 			!alive($self->{epmd_pid})
-			  || system("$epmd -port $self->{epmd_port} -names >/dev/null 2>&1") == 0;
+			  || system(
+				"$epmd -port $self->{epmd_port} -names >/dev/null 2>&1") == 0;
 		});
 	if (!$epmd_up || !alive($self->{epmd_pid}))
 	{
-		$self->{error} = 'epmd did not start: ' . read_file("$dir/log/epmd.log");
+		$self->{error} =
+		  'epmd did not start: ' . read_file("$dir/log/epmd.log");
 		return $self;
 	}
 
@@ -136,7 +141,8 @@ CONF
 sub spawn_node
 {
 	my ($self) = @_;
-	$self->{pid} = spawn_session("$self->{log}/stdout.log", $self->{env}, $self->{server});
+	$self->{pid} =
+	  spawn_session("$self->{log}/stdout.log", $self->{env}, $self->{server});
 	stop_at_exit($self->{pid}, test_timeout());
 	return;
 }
@@ -144,10 +150,14 @@ sub spawn_node
 sub restart
 {
 	my ($self) = @_;
-	my @tree = process_tree($self->{pid});
+	my @tree   = process_tree($self->{pid});
 	my $status = stop_group($self->{pid}, test_timeout());
 	forget_pid($self->{pid});
-	wait_until(sub { !grep { alive($_) } @tree }, 0.05);
+	wait_until(
+		sub {
+			!grep { alive($_) } @tree;
+		},
+		0.05);
 	@$self{qw(ready error started)} = (0, undef, time());
 	$self->spawn_node;
 	return $status;
@@ -160,10 +170,14 @@ sub wait_ready
 	$self->{ready} = wait_until(
 		sub {
 			!alive($self->{pid})
-			  || (run_helper($self->{python}, 'wait-ready', $self->{amqp_port}, 2))[0] == 0;
+			  || (
+				run_helper(
+					$self->{python}, 'wait-ready', $self->{amqp_port}, 2)
+			  )[0] == 0;
 		}) && alive($self->{pid});
 	$self->{seconds} = time() - $self->{started};
-	$self->{error} = "RabbitMQ did not start: see $self->{log}\n"
+	$self->{error} =
+	  "RabbitMQ did not start: see $self->{log}\n"
 	  . read_file("$self->{log}/stdout.log")
 	  unless $self->{ready};
 	return $self->{ready};
@@ -202,7 +216,8 @@ sub publish_ok
 {
 	my ($self, $queue, $messages, $name, @options) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	return is($self->publish($queue, $messages, @options), scalar(@$messages), $name);
+	return is($self->publish($queue, $messages, @options),
+		scalar(@$messages), $name);
 }
 
 sub declare_retry
@@ -238,7 +253,8 @@ sub ctl
 	local @ENV{ keys %{ $self->{env} } } = values %{ $self->{env} };
 	my ($out, $err) = ('', '');
 	eval {
-		IPC::Run::run([ $ctl, @args ], '<', \undef, '>', \$out, '2>', \$err,
+		IPC::Run::run([ $ctl, @args ],
+			'<', \undef, '>', \$out, '2>', \$err,
 			IPC::Run::timeout(test_timeout()));
 	};
 	return ($out, $err . ($@ // ''));
@@ -253,7 +269,11 @@ sub stop
 		my @tree = process_tree($self->{pid});
 		$res{status} = stop_group($self->{pid}, test_timeout());
 		forget_pid($self->{pid});
-		wait_until(sub { !grep { alive($_) } @tree }, 0.05);
+		wait_until(
+			sub {
+				!grep { alive($_) } @tree;
+			},
+			0.05);
 		$res{leftovers} = [ grep { alive($_) } @tree ];
 		$self->{pid} = undef;
 	}
@@ -270,7 +290,8 @@ sub stop
 			my $environ = read_file("/proc/$_/environ");
 			alive($_)
 			  && ("$cmdline\x00$environ" =~
-				/\Q$node\E|-port\x00$port\x00|(?:^|\x00)ERL_EPMD_PORT=$port\x00/);
+				/\Q$node\E|-port\x00$port\x00|(?:^|\x00)ERL_EPMD_PORT=$port\x00/
+			  );
 		} map { m{^/proc/(\d+)$} ? $1 : () } glob('/proc/[0-9]*')
 	];
 	return \%res;
@@ -281,11 +302,14 @@ sub stop_ok
 	my ($self) = @_;
 	my $stopped = $self->stop;
 	is($stopped->{status}, 0, 'RabbitMQ stopped cleanly on SIGTERM');
-	is(scalar(@{ $stopped->{leftovers} }), 0,
-		'no broker process left (beam, erl_child_setup, helpers)')
-	  or diag(`ps -o pid,ppid,pgid,cmd -p @{[join ',', @{ $stopped->{leftovers} }]}`);
+	is(scalar(@{ $stopped->{leftovers} }),
+		0, 'no broker process left (beam, erl_child_setup, helpers)')
+	  or diag(
+		`ps -o pid,ppid,pgid,cmd -p @{[join ',', @{ $stopped->{leftovers} }]}`
+	  );
 	ok(defined $stopped->{epmd_status}, 'epmd stopped on SIGTERM');
-	is(scalar(@{ $stopped->{strays} }), 0, 'no process of this node or its epmd anywhere')
+	is(scalar(@{ $stopped->{strays} }),
+		0, 'no process of this node or its epmd anywhere')
 	  or diag(`ps -o pid,ppid,cmd -p @{[join ',', @{ $stopped->{strays} }]}`);
 	return;
 }

@@ -35,18 +35,18 @@ sub cluster
 	my (%opt) = @_;
 	require_citus();
 	my %conf = (
-		shared_preload_libraries => 'citus,dedup',
-		max_connections => 100,
+		shared_preload_libraries  => 'citus,dedup',
+		max_connections           => 100,
 		max_prepared_transactions => 100,
-		'citus.shard_count' => 4,
-		'dedup.sweep_enabled' => 'off',
+		'citus.shard_count'       => 4,
+		'dedup.sweep_enabled'     => 'off',
 		%{ $opt{conf} // {} });
 	my %coordinator = %{ $opt{coordinator} // {} };
 	my $coordinator = DedupNode->create(
 		'coordinator',
 		%coordinator,
 		preload => 0,
-		conf => { %conf, %{ $coordinator{conf} // {} } });
+		conf    => { %conf, %{ $coordinator{conf} // {} } });
 	my @workers =
 	  map { DedupNode->create("worker$_", preload => 0, conf => \%conf) }
 	  (1, 2);
@@ -61,9 +61,10 @@ sub cluster
 		$node->safe_psql('postgres', 'CREATE EXTENSION citus');
 	}
 	$coordinator->safe_psql('postgres',
-		    "SELECT citus_set_coordinator_host('"
+			"SELECT citus_set_coordinator_host('"
 		  . $coordinator->host . "', "
-		  . $coordinator->port . ')');
+		  . $coordinator->port
+		  . ')');
 	$coordinator->safe_psql('postgres',
 		"SELECT citus_add_node('" . $_->host . "', " . $_->port . ')')
 	  for @workers;

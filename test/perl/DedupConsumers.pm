@@ -65,7 +65,7 @@ use warnings;
 use Cwd qw(abs_path);
 use Exporter 'import';
 use File::Basename qw(dirname);
-use File::Path qw(make_path);
+use File::Path     qw(make_path);
 use IPC::Run;
 use JSON::PP;
 use Test::More;
@@ -85,20 +85,21 @@ END
 
 sub script
 {
-	return abs_path(dirname(__FILE__) . '/../../doc/examples/rabbitmq_consumer.py');
+	return abs_path(
+		dirname(__FILE__) . '/../../doc/examples/rabbitmq_consumer.py');
 }
 
 sub run_helper
 {
 	my ($python, @args) = @_;
-	my ($out, $err) = ('', '');
+	my ($out,    $err)  = ('', '');
 	my $ok = eval {
 		IPC::Run::run([ $python, script(), @args ],
 			'<', \undef, '>', \$out, '2>', \$err,
 			IPC::Run::timeout(test_timeout()));
 		1;
 	};
-	return (-1, $out, $err . ($@ // '')) unless $ok;
+	return (-1,      $out, $err . ($@ // '')) unless $ok;
 	return ($? >> 8, $out, $err);
 }
 
@@ -108,8 +109,8 @@ sub payments
 	return map {
 		{
 			message_id => sprintf('%s-%04d', $prefix, $_),
-			account => 1 + $_ % 5,
-			amount => 1 + ($_ * 37) % 100
+			account    => 1 + $_ % 5,
+			amount     => 1 + ($_ * 37) % 100
 		}
 	} 1 .. $n;
 }
@@ -123,11 +124,16 @@ sub balances
 
 sub consumer_tables_sql
 {
-	my @columns = ('message_id text NOT NULL', 'worker text NOT NULL',
-		'redelivered boolean NOT NULL', 'attempt text NOT NULL', @_);
-	return "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);\n"
+	my @columns = (
+		'message_id text NOT NULL',
+		'worker text NOT NULL',
+		'redelivered boolean NOT NULL',
+		'attempt text NOT NULL', @_);
+	return
+	  "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);\n"
 	  . "INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 5) g;\n"
-	  . 'CREATE TABLE applied (' . join(', ', @columns) . ");\n";
+	  . 'CREATE TABLE applied ('
+	  . join(', ', @columns) . ");\n";
 }
 
 # the JSON lines of a consumer's log, as hashes
@@ -179,10 +185,16 @@ sub consume_args
 {
 	my ($self, $worker, $queue, $behaviour, $control, @options) = @_;
 	$self->{logs}{$worker} = "$self->{dir}/$worker.log";
-	return ($self->{logs}{$worker},
-		[ $self->{python}, script(), 'consume', $self->{broker}{amqp_port},
-		$queue, $self->{host}, $self->{port}, $self->{db}, $worker, $behaviour,
-		$control, @options ]);
+	return (
+		$self->{logs}{$worker},
+		[
+			$self->{python}, script(),
+			'consume',       $self->{broker}{amqp_port},
+			$queue,          $self->{host},
+			$self->{port},   $self->{db},
+			$worker,         $behaviour,
+			$control,        @options
+		]);
 }
 
 # $cmd in the background, stdout to $log, stderr to $log.err
@@ -203,7 +215,7 @@ sub start
 sub run
 {
 	my ($self, @consumer) = @_;
-	my ($log, $cmd) = $self->consume_args(@consumer);
+	my ($log,  $cmd)      = $self->consume_args(@consumer);
 	my $ok = eval {
 		IPC::Run::run($cmd, '<', \undef, '>', $log, '2>', "$log.err",
 			IPC::Run::timeout(test_timeout()));
@@ -215,7 +227,7 @@ sub run
 sub spawn
 {
 	my ($self, @consumer) = @_;
-	my ($log, $cmd) = $self->consume_args(@consumer);
+	my ($log,  $cmd)      = $self->consume_args(@consumer);
 	my $pid = spawn_session($log, {}, @$cmd);
 	stop_at_exit($pid, 5);
 	return $pid;
@@ -225,9 +237,13 @@ sub start_noise
 {
 	my ($self, $worker, $control, @options) = @_;
 	my $log = $self->{logs}{$worker} = "$self->{dir}/$worker.log";
-	return background($log,
-		[ $self->{python}, script(), 'pool-noise', $self->{host},
-		$self->{port}, $self->{db}, $worker, $control, @options ]);
+	return background(
+		$log,
+		[
+			$self->{python}, script(),    'pool-noise', $self->{host},
+			$self->{port},   $self->{db}, $worker,      $control,
+			@options
+		]);
 }
 
 sub stop
@@ -259,7 +275,8 @@ sub records
 sub deliveries
 {
 	my ($self, @workers) = @_;
-	return grep { ($_->{event} // '') eq 'delivery' } $self->records(@workers);
+	return
+	  grep { ($_->{event} // '') eq 'delivery' } $self->records(@workers);
 }
 
 sub wait_ready
@@ -287,17 +304,22 @@ sub wait_drained
 sub check_exactly_once
 {
 	my ($self, %o) = @_;
-	my ($node, $db, $like, $label) = ($self->{node}, $self->{db}, @o{qw(like label)});
+	my ($node, $db, $like, $label) =
+	  ($self->{node}, $self->{db}, @o{qw(like label)});
 	my $records = $o{records} // 'processed_messages';
-	my %want = map { $_->{message_id} => (($o{times} // {})->{ $_->{message_id} } // 1) }
-	  @{ $o{messages} };
+	my %want    = map {
+		$_->{message_id} => (($o{times} // {})->{ $_->{message_id} } // 1)
+	} @{ $o{messages} };
 	my $rows = 0;
 	$rows += $_ for values %want;
 	my $n = keys %want;
 	my %got;
-	for my $line (split /\n/,
-		$node->safe_psql($db,
-			"SELECT message_id, count(*) FROM applied WHERE message_id LIKE '$like' GROUP BY 1"))
+	for my $line (
+		split /\n/,
+		$node->safe_psql(
+			$db,
+			"SELECT message_id, count(*) FROM applied WHERE message_id LIKE '$like' GROUP BY 1"
+		))
 	{
 		my ($id, $c) = split /\|/, $line;
 		$got{$id} = $c;
@@ -308,28 +330,42 @@ sub check_exactly_once
 	$total += $_ for values %got;
 	is($total, $rows, "$label: $rows applications of $n messages");
 	is(scalar(@wrong), 0,
-		"$label: each message applied exactly as often as expected, none lost, none extra")
-	  or diag(join(', ',
-		map { "$_ applied " . ($got{$_} // 0) . ' times, want ' . ($want{$_} // 0) }
-		  @wrong[ 0 .. ($#wrong < 9 ? $#wrong : 9) ]));
-	is( $node->safe_psql($db,
-			"SELECT count(*), count(DISTINCT message_id) FROM $records WHERE consumer_name = 'ledger' AND message_id LIKE '$like'"),
+		"$label: each message applied exactly as often as expected, none lost, none extra"
+	  )
+	  or diag(
+		join(
+			', ',
+			map {
+					"$_ applied "
+				  . ($got{$_} // 0)
+				  . ' times, want '
+				  . ($want{$_} // 0)
+			} @wrong[ 0 .. ($#wrong < 9 ? $#wrong : 9) ]));
+	is( $node->safe_psql(
+			$db,
+			"SELECT count(*), count(DISTINCT message_id) FROM $records WHERE consumer_name = 'ledger' AND message_id LIKE '$like'"
+		),
 		"$n|$n",
 		"$label: $records holds exactly $n claims");
-	is( $node->safe_psql($db, qq{
+	is( $node->safe_psql(
+			$db, qq{
 SELECT count(*)
   FROM (SELECT message_id FROM $records WHERE consumer_name = 'ledger' AND message_id LIKE '$like') p
   FULL JOIN (SELECT DISTINCT message_id FROM applied WHERE message_id LIKE '$like') a USING (message_id)
  WHERE p.message_id IS NULL OR a.message_id IS NULL}),
 		'0',
-		"$label: a claim for each applied message, no claim without its work")
-	  unless $o{times};
+		"$label: a claim for each applied message, no claim without its work"
+	) unless $o{times};
 	if ($o{balances})
 	{
 		my $want_b = $o{balances};
-		is( $node->safe_psql($db,
-				q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts WHERE balance <> 0}),
-			join(',', map { "$_=$want_b->{$_}" } grep { $want_b->{$_} } sort { $a <=> $b } keys %$want_b),
+		is( $node->safe_psql(
+				$db,
+				q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts WHERE balance <> 0}
+			),
+			join(',',
+				map { "$_=$want_b->{$_}" }
+				grep { $want_b->{$_} } sort { $a <=> $b } keys %$want_b),
 			"$label: balances are the sums of the messages applied");
 	}
 	return;

@@ -232,15 +232,14 @@ use constant LATEST_CLAIM => q{'2024-06-01 12:00:00+00'::timestamptz};
 my %SWEEPS = (
 	'every second' => {
 		'dedup.sweep_interval' => '1s',
-		'dedup.retention' => '1h',
-		log_min_messages => 'debug1',
+		'dedup.retention'      => '1h',
+		log_min_messages       => 'debug1',
 	},
 	'on request' => {
 		'dedup.sweep_interval' => '1h',
-		'dedup.retention' => '1h',
+		'dedup.retention'      => '1h',
 	},
-	'off' => { 'dedup.sweep_enabled' => 'off' },
-);
+	'off' => { 'dedup.sweep_enabled' => 'off' },);
 
 # PostgreSQL 17 and later copy the cluster that INITDB_TEMPLATE names (made
 # once per run by the Makefile) instead of running initdb for each node,
@@ -291,8 +290,8 @@ sub set_config
 		: "ALTER SYSTEM RESET $name");
 	$self->safe_psql('postgres', 'SELECT pg_reload_conf()');
 	return ok(
-		$self->PostgreSQL::Test::Cluster::poll_query_until('postgres',
-			"SELECT current_setting('$name')", $shown),
+		$self->PostgreSQL::Test::Cluster::poll_query_until(
+			'postgres', "SELECT current_setting('$name')", $shown),
 		"$name is now '$shown'");
 }
 
@@ -309,18 +308,24 @@ sub poll
 	local %ENV = $self->_get_env();
 	my $mark = '__dedup_poll_attempt_done__';
 	my ($in, $out, $err, $session) = ('', '', '');
-	my $answer = IPC::Run::timeout(10);
+	my $answer  = IPC::Run::timeout(10);
 	my $attempt = sub {
 		if (!$session || !$session->pumpable)
 		{
 			eval { $session->finish } if $session;
-			$in = '';
+			$in      = '';
 			$session = IPC::Run::start(
 				[
 					$self->installed_command('psql'), '-XAt',
-					'-d', $self->connstr($db)
+					'-d',                             $self->connstr($db)
 				],
-				'<', \$in, '>', \$out, '2>', \$err, $answer);
+				'<',
+				\$in,
+				'>',
+				\$out,
+				'2>',
+				\$err,
+				$answer);
 		}
 		($out, $err) = ('', '');
 		$in .= "$query\n;\n\\echo $mark\n\\warn $mark\n";
@@ -348,7 +353,7 @@ sub poll
 		$in .= "\\q\n";
 		eval { $session->finish };
 	}
-	diag("polling timed out executing this query:\n$query\n"
+	diag(   "polling timed out executing this query:\n$query\n"
 		  . "last output:\n$out\nwith stderr:\n$err")
 	  unless $ok;
 	return ($ok, $out);
@@ -359,7 +364,8 @@ sub poll_query_until
 	my ($self, $db, $query, $expected) = @_;
 	$expected //= 't';
 	my ($ok) = $self->poll($db, $query,
-		sub { my ($out, $err) = @_; return $out eq $expected && $err eq ''; });
+		sub { my ($out, $err) = @_; return $out eq $expected && $err eq ''; }
+	);
 	return $ok;
 }
 
@@ -392,7 +398,8 @@ sub add_expired
 {
 	my ($self, $db, $consumer, $n) = @_;
 	my $latest = LATEST_CLAIM;
-	$self->safe_psql($db, qq{
+	$self->safe_psql(
+		$db, qq{
 INSERT INTO processed_messages
 SELECT '$consumer', 'm' || i, $latest - i * interval '1 hour'
   FROM generate_series(0, $n - 1) i});
@@ -411,7 +418,8 @@ sub consumer_counts
 {
 	my ($self, $db, $where) = @_;
 	$where //= 'true';
-	return $self->safe_psql($db, qq{
+	return $self->safe_psql(
+		$db, qq{
 SELECT coalesce(string_agg(consumer_name || '=' || n, ',' ORDER BY consumer_name), '')
   FROM (SELECT consumer_name, count(*) AS n FROM processed_messages
 		 WHERE $where GROUP BY consumer_name) s});
@@ -447,7 +455,7 @@ sub watch_sweep
 {
 	my ($self, $db, $query, $before) = @_;
 	my $timeout = $PostgreSQL::Test::Utils::timeout_default;
-	my $out = $self->safe_psql(
+	my $out     = $self->safe_psql(
 		$db, qq{
 CREATE FUNCTION pg_temp.watch(since timestamptz) RETURNS text
 LANGUAGE plpgsql AS \$\$
@@ -498,14 +506,16 @@ sub wait_sweeping_stopped
 SELECT sweeper_pid IS NULL
    AND clock_timestamp() - last_sweep_start > interval '2.5 s'
   FROM dedup_sweeper}),
-		"$db: no sweep started for 2.5 s (2.5 intervals): sweeping has stopped");
+		"$db: no sweep started for 2.5 s (2.5 intervals): sweeping has stopped"
+	);
 }
 
 sub launcher_pid
 {
 	my ($self) = @_;
 	return $self->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'});
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'}
+	);
 }
 
 sub wait_launcher
@@ -540,7 +550,8 @@ sub wait_log_count
 sub sweeper_start_re
 {
 	my ($db) = @_;
-	return qr/starting background worker process "dedup sweeper for database \Q$db\E"/;
+	return
+	  qr/starting background worker process "dedup sweeper for database \Q$db\E"/;
 }
 
 sub sweeper_starts
@@ -562,7 +573,8 @@ sub log_entries
 	my $pid = '';
 	for my $line (split /\n/, $self->log_since($offset))
 	{
-		if ($line =~ /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S* \S+ \[(\d+)\] (?:\S+ )?CONTEXT:  /
+		if ($line =~
+			/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S* \S+ \[(\d+)\] (?:\S+ )?CONTEXT:  /
 			&& $1 eq $pid)
 		{
 			$entries[-1] .= "\n$line";

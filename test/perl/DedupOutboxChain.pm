@@ -48,7 +48,7 @@ use warnings;
 use Cwd qw(abs_path);
 use Exporter 'import';
 use File::Basename qw(dirname);
-use POSIX qw(WNOHANG);
+use POSIX          qw(WNOHANG);
 use Test::More;
 
 use DedupBroker;
@@ -61,20 +61,22 @@ our @EXPORT = qw(run_chain);
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
 our $SERVICE = "$top/doc/examples/outbox_service.py";
-our $RELAY = "$top/src/relay/dedup_relay";
+our $RELAY   = "$top/src/relay/dedup_relay";
 
 my $BATCH = 40;
-my @KEYS = map { "k$_" } 1 .. 5;
+my @KEYS  = map { "k$_" } 1 .. 5;
 
 sub run_chain
 {
 	my ($mode) = @_;
 	my $python = require_tools(
-		modules => [ 'pika', 'psycopg2' ],
-		programs => [ '/usr/lib/rabbitmq/bin/rabbitmq-server', '/usr/bin/epmd' ]);
+		modules  => [ 'pika', 'psycopg2' ],
+		programs =>
+		  [ '/usr/lib/rabbitmq/bin/rabbitmq-server', '/usr/bin/epmd' ]);
 	my $tmp = PostgreSQL::Test::Utils::tempdir();
 
-	my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
+	my $broker =
+	  DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
 	BAIL_OUT($broker->{error}) if $broker->{error};
 	my $node = DedupNode->create("chain_$mode",
 		init => $mode eq 'wal' ? { allows_streaming => 'logical' } : {});
@@ -91,26 +93,39 @@ SELECT dedup_add_destination('q2', '$mode');
 	if ($mode eq 'wal')
 	{
 		# the slot before the first message: it streams what commits after it
-		$node->safe_psql($db, q{
+		$node->safe_psql(
+			$db, q{
 CREATE PUBLICATION dedup_outbox;
 SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 });
 	}
 	$broker->ready_ok;
 
-	my $dsn = sprintf('host=%s port=%d dbname=%s', $node->host, $node->port, $db);
+	my $dsn =
+	  sprintf('host=%s port=%d dbname=%s', $node->host, $node->port, $db);
 	my $amqp = "amqp://guest:guest\@127.0.0.1:$broker->{amqp_port}/%2F";
 
 	# the processes of the chain, each generation with a log of its own
 	my %proc;
 	my %cmd = (
-		a => [ $python, $SERVICE, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'q1',
-			'--consumer', 'svc_a', '--publish', 'q2', '--work-ms', 20 ],
-		b => [ $python, $SERVICE, '--amqp', $amqp, '--dsn', $dsn, '--queue', 'q2',
-			'--consumer', 'svc_b', '--work-ms', 10 ],
-		relay => [ $python, $RELAY, '--mode', $mode, '--dsn', $dsn, '--amqp', $amqp,
-			'--batch', 20, '--lease', 5, '--confirm-timeout', 4, '--poll', 0.05,
-			'--max-backoff', 1, '--report-every', 1 ]);
+		a => [
+			$python,      $SERVICE, '--amqp',    $amqp,
+			'--dsn',      $dsn,     '--queue',   'q1',
+			'--consumer', 'svc_a',  '--publish', 'q2',
+			'--work-ms',  20
+		],
+		b => [
+			$python,      $SERVICE, '--amqp',    $amqp,
+			'--dsn',      $dsn,     '--queue',   'q2',
+			'--consumer', 'svc_b',  '--work-ms', 10
+		],
+		relay => [
+			$python,             $RELAY, '--mode',         $mode,
+			'--dsn',             $dsn,   '--amqp',         $amqp,
+			'--batch',           20,     '--lease',        5,
+			'--confirm-timeout', 4,      '--poll',         0.05,
+			'--max-backoff',     1,      '--report-every', 1
+		]);
 	my $start = sub {
 		my ($name, %env) = @_;
 		my $p = $proc{$name} //= { gen => 0 };
@@ -118,17 +133,22 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 		$p->{log} = "$tmp/$name-$p->{gen}.log";
 		$p->{pid} = spawn_session($p->{log}, \%env, @{ $cmd{$name} });
 		stop_at_exit($p->{pid}, 10);
+
 		# up (its signal handlers in place) before anything else happens
-		wait_until(sub { read_file($p->{log}) =~ /"event": "ready"|relaying/ })
-		  or die "$name did not start: " . read_file($p->{log});
+		wait_until(sub { read_file($p->{log}) =~ /"event": "ready"|relaying/ }
+		) or die "$name did not start: " . read_file($p->{log});
 	};
+
 	# wait for it to end by itself: its wait status, undef after the timeout
 	my $reap = sub {
 		my ($name) = @_;
 		my $p = $proc{$name};
 		my $status;
-		wait_until(sub { waitpid($p->{pid}, WNOHANG) == $p->{pid} and $status = $?; defined $status })
-		  or return undef;
+		wait_until(
+			sub {
+				waitpid($p->{pid}, WNOHANG) == $p->{pid} and $status = $?;
+				defined $status;
+			}) or return undef;
 		forget_pid($p->{pid});
 		return $status;
 	};
@@ -146,7 +166,8 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	};
 	my $applied = sub {
 		my ($service) = @_;
-		return $node->safe_psql($db, "SELECT count(*) FROM applied WHERE service = '$service'");
+		return $node->safe_psql($db,
+			"SELECT count(*) FROM applied WHERE service = '$service'");
 	};
 	my $wait_applied = sub {
 		my ($service, $n) = @_;
@@ -161,19 +182,28 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	my $publish_batch = sub {
 		my ($what) = @_;
 		my @batch = map {
-			my $i = @messages + $_;
+			my $i   = @messages + $_;
 			my $key = $KEYS[ $i % @KEYS ];
-			{ message_id => sprintf('in-%04d', $i), key => $key, n => ++$n{$key},
-				amount => 1 + ($i * 37) % 100 }
+			{
+				message_id => sprintf('in-%04d', $i),
+				key        => $key,
+				n          => ++$n{$key},
+				amount     => 1 + ($i * 37) % 100
+			}
 		} 1 .. $BATCH;
 		push @messages, @batch;
-		$broker->publish_ok('q1', \@batch, "batch for $what: $BATCH messages published to q1");
+		$broker->publish_ok('q1', \@batch,
+			"batch for $what: $BATCH messages published to q1");
 		return scalar(@messages) - $BATCH;    # applied by A before it
 	};
+
 	# the batch was still flowing when the fault hit
 	my $flowing = sub {
 		my ($what, $at, $before) = @_;
-		cmp_ok($at, '<', $before + $BATCH, "$what hit while the batch flowed ($at of " . ($before + $BATCH) . ' applied)');
+		cmp_ok($at, '<', $before + $BATCH,
+				"$what hit while the batch flowed ($at of "
+			  . ($before + $BATCH)
+			  . ' applied)');
 	};
 
 	$start->('b');
@@ -182,7 +212,7 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 
 	# 1: kill -9 of A
 	my $before = $publish_batch->('kill -9 of A');
-	my $at = $wait_applied->('svc_a', $before + 8);
+	my $at     = $wait_applied->('svc_a', $before + 8);
 	ok($kill9->('a'), 'A killed with SIGKILL');
 	$flowing->('kill -9 of A', $at, $before);
 	$start->('a');
@@ -192,13 +222,18 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	my $dups_before_confirm_crash;
 	for my $point ('after-publish', 'after-confirm')
 	{
-		is($stop->('relay'), 0, "relay stopped cleanly on SIGTERM before the $point crash");
+		is($stop->('relay'), 0,
+			"relay stopped cleanly on SIGTERM before the $point crash");
 		$start->('relay', DEDUP_RELAY_TEST_CRASH => $point);
-		$dups_before_confirm_crash = b_duplicates(\%proc) if $point eq 'after-confirm';
+		$dups_before_confirm_crash = b_duplicates(\%proc)
+		  if $point eq 'after-confirm';
 		$before = $publish_batch->("the relay dying $point");
 		my $status = $reap->('relay');
-		ok(defined $status && ($status & 127) == 9, "the relay killed itself $point (SIGKILL)");
-		like(read_file($proc{relay}{log}), qr/test hook: killing myself $point/,
+		ok( defined $status && ($status & 127) == 9,
+			"the relay killed itself $point (SIGKILL)");
+		like(
+			read_file($proc{relay}{log}),
+			qr/test hook: killing myself $point/,
 			"its log says where ($point)");
 		$start->('relay');
 	}
@@ -206,38 +241,53 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	# 4: kill -9 of B
 	my $b_before = $applied->('svc_b');
 	$before = $publish_batch->('kill -9 of B');
-	$at = $wait_applied->('svc_b', $b_before + 8);
+	$at     = $wait_applied->('svc_b', $b_before + 8);
 	ok($kill9->('b'), 'B killed with SIGKILL');
-	cmp_ok($at, '<', scalar(@messages), "kill -9 of B hit while messages flowed ($at of " . scalar(@messages) . ' applied)');
+	cmp_ok($at, '<', scalar(@messages),
+			"kill -9 of B hit while messages flowed ($at of "
+		  . scalar(@messages)
+		  . ' applied)');
 	$start->('b');
 
 	# 5: a broker restart
 	$before = $publish_batch->('a broker restart');
-	$at = $wait_applied->('svc_a', $before + 8);
-	is($broker->restart, 0, 'RabbitMQ stopped cleanly (SIGTERM) for a restart');
+	$at     = $wait_applied->('svc_a', $before + 8);
+	is($broker->restart, 0,
+		'RabbitMQ stopped cleanly (SIGTERM) for a restart');
 	$flowing->('the broker restart', $at, $before);
 	$broker->ready_ok;
 	my $relay_at_broker_restart = $proc{relay}{log};
 
 	# 6: an immediate PostgreSQL restart
 	$before = $publish_batch->('an immediate PostgreSQL restart');
-	$at = $wait_applied->('svc_a', $before + 8);
+	$at     = $wait_applied->('svc_a', $before + 8);
 	$node->stop('immediate');
 	$flowing->('the PostgreSQL restart', $at, $before);
 	$node->start;
 
 	# the end: everything through the chain, then stop it cleanly
 	my $total = @messages;
-	ok( $node->poll_query_until($db,
-			"SELECT count(DISTINCT origin) = $total FROM applied WHERE service = 'svc_b'"),
+	ok( $node->poll_query_until(
+			$db,
+			"SELECT count(DISTINCT origin) = $total FROM applied WHERE service = 'svc_b'"
+		),
 		"B applied all $total messages")
-	  or diag('B applied ' . $node->safe_psql($db, "SELECT count(DISTINCT origin) FROM applied WHERE service = 'svc_b'"));
+	  or diag(
+		'B applied '
+		  . $node->safe_psql(
+			$db,
+			"SELECT count(DISTINCT origin) FROM applied WHERE service = 'svc_b'"
+		  ));
 	if ($mode eq 'table')
 	{
-		ok($node->poll_query_until($db, 'SELECT count(*) = 0 FROM dedup_outbox WHERE sent_at IS NULL'),
+		ok( $node->poll_query_until(
+				$db,
+				'SELECT count(*) = 0 FROM dedup_outbox WHERE sent_at IS NULL'
+			),
 			'every outbox row marked sent');
 	}
-	ok(wait_until(sub { $broker->depth('q1') == 0 && $broker->depth('q2') == 0 }),
+	ok( wait_until(
+			sub { $broker->depth('q1') == 0 && $broker->depth('q2') == 0 }),
 		'q1 and q2 are empty');
 	is($stop->($_), 0, "$_ stopped cleanly on SIGTERM") for qw(relay a b);
 
@@ -246,13 +296,24 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	for my $service ('svc_a', 'svc_b')
 	{
 		my %got = map { split /\|/ } split /\n/,
-		  $node->safe_psql($db, "SELECT origin, count(*) FROM applied WHERE service = '$service' GROUP BY 1");
-		my @wrong = grep { ($got{$_} // 0) != ($want{$_} // 0) } sort(keys %{ { %want, %got } });
-		is(scalar(@wrong), 0, "$service applied each of the $total messages exactly once, none lost, none extra")
-		  or diag(join(', ', map { "$_ applied " . ($got{$_} // 0) . ' times' } @wrong[ 0 .. ($#wrong < 9 ? $#wrong : 9) ]));
+		  $node->safe_psql($db,
+			"SELECT origin, count(*) FROM applied WHERE service = '$service' GROUP BY 1"
+		  );
+		my @wrong = grep { ($got{$_} // 0) != ($want{$_} // 0) }
+		  sort(keys %{ { %want, %got } });
+		is(scalar(@wrong), 0,
+			"$service applied each of the $total messages exactly once, none lost, none extra"
+		  )
+		  or diag(
+			join(', ',
+				map { "$_ applied " . ($got{$_} // 0) . ' times' }
+				  @wrong[ 0 .. ($#wrong < 9 ? $#wrong : 9) ]));
 		my %sum;
 		$sum{ $_->{key} } += $_->{amount} for @messages;
-		is( $node->safe_psql($db, "SELECT string_agg(key || '=' || total, ',' ORDER BY key) FROM ledger WHERE service = '$service'"),
+		is( $node->safe_psql(
+				$db,
+				"SELECT string_agg(key || '=' || total, ',' ORDER BY key) FROM ledger WHERE service = '$service'"
+			),
 			join(',', map { "$_=$sum{$_}" } sort keys %sum),
 			"$service: its ledger holds the sums");
 		is( $node->safe_psql(
@@ -265,19 +326,28 @@ SELECT count(*) FROM (SELECT n, lag(n) OVER (PARTITION BY key ORDER BY seq) AS p
 	}
 	cmp_ok(b_duplicates(\%proc), '>', $dups_before_confirm_crash,
 		"B's claims refused the copies the relay sent again after its crash after the confirm ("
-		  . (b_duplicates(\%proc) - $dups_before_confirm_crash) . ' since)');
-	is( $node->safe_psql($db,
-			"SELECT count(*), count(DISTINCT message_id) FROM processed_messages WHERE consumer_name = 'svc_b'"),
+		  . (b_duplicates(\%proc) - $dups_before_confirm_crash)
+		  . ' since)');
+	is( $node->safe_psql(
+			$db,
+			"SELECT count(*), count(DISTINCT message_id) FROM processed_messages WHERE consumer_name = 'svc_b'"
+		),
 		"$total|$total",
 		"svc_b's claims: one per message A published");
 
 	my $relay_log = read_file($relay_at_broker_restart);
-	is(scalar(() = $relay_log =~ /broker unavailable/g), 1, 'the relay logged the broker outage once');
+	is(scalar(() = $relay_log =~ /broker unavailable/g),
+		1, 'the relay logged the broker outage once');
 	like($relay_log, qr/broker back after/, '... and its end');
 	$relay_log = read_file($proc{relay}{log});
-	is(scalar(() = $relay_log =~ /database unavailable/g), 1, 'the relay logged the database outage once');
+	is(scalar(() = $relay_log =~ /database unavailable/g),
+		1, 'the relay logged the database outage once');
 	like($relay_log, qr/database back after/, '... and its end');
-	like($relay_log, $mode eq 'table' ? qr/lag: \d+ unsent, the oldest/ : qr/lag: slot dedup_relay \d+ bytes behind/,
+	like(
+		$relay_log,
+		$mode eq 'table'
+		? qr/lag: \d+ unsent, the oldest/
+		: qr/lag: slot dedup_relay \d+ bytes behind/,
 		'the relay reports its lag');
 
 	if ($mode eq 'table')
@@ -288,15 +358,20 @@ SELECT count(*) FROM dedup_outbox o FULL JOIN (SELECT message_id FROM applied WH
  WHERE o.message_id IS NULL OR b.message_id IS NULL}),
 			'0',
 			"B applied exactly the outbox's message ids");
-		cmp_ok($node->safe_psql($db, 'SELECT count(*) FROM dedup_outbox WHERE attempts > 1'), '>', 0,
+		cmp_ok(
+			$node->safe_psql(
+				$db, 'SELECT count(*) FROM dedup_outbox WHERE attempts > 1'),
+			'>', 0,
 			'the messages of the crashed batches were leased again');
 	}
 	else
 	{
-		is( $node->safe_psql($db, q{
+		is( $node->safe_psql(
+				$db, q{
 SELECT pg_current_wal_lsn() >= confirmed_flush_lsn AND confirmed_flush_lsn IS NOT NULL
   FROM pg_replication_slots WHERE slot_name = 'dedup_relay'}),
-			't', 'the slot confirmed no further than the server wrote');
+			't',
+			'the slot confirmed no further than the server wrote');
 	}
 
 	$broker->stop_ok;

@@ -34,28 +34,31 @@ sub start_pgbouncer
 	my $dir = $opt{dir};
 	my $bin = $ENV{PGBOUNCER} // '/usr/sbin/pgbouncer';
 	make_path($dir);
-	my %b = (port => free_port(), ini => "$dir/pgbouncer.ini",
-		log => "$dir/pgbouncer.log", ready => 0);
+	my %b = (
+		port  => free_port(),
+		ini   => "$dir/pgbouncer.ini",
+		log   => "$dir/pgbouncer.log",
+		ready => 0);
 	if (!-x $bin)
 	{
-		$b{error} = "$bin is not installed (test/setup.sh installs pgbouncer)";
+		$b{error} =
+		  "$bin is not installed (test/setup.sh installs pgbouncer)";
 		return \%b;
 	}
 	write_file("$dir/userlist.txt",
 		join('', map { qq("$_" ""\n) } @{ $opt{users} }));
 	my %settings = (
-		listen_addr => '127.0.0.1',
-		listen_port => $b{port},
+		listen_addr     => '127.0.0.1',
+		listen_port     => $b{port},
 		unix_socket_dir => '',
-		auth_type => 'trust',
-		auth_file => "$dir/userlist.txt",
-		admin_users => $opt{users}[0],
-		pool_mode => 'transaction',
-		logfile => $b{log},
-		pidfile => "$dir/pgbouncer.pid",
+		auth_type       => 'trust',
+		auth_file       => "$dir/userlist.txt",
+		admin_users     => $opt{users}[0],
+		pool_mode       => 'transaction',
+		logfile         => $b{log},
+		pidfile         => "$dir/pgbouncer.pid",
 		%{ $opt{settings} // {} });
-	write_file(
-		$b{ini},
+	write_file($b{ini},
 		"[databases]\n$opt{dbname} = host=$opt{host} port=$opt{port} dbname=$opt{dbname}\n"
 		  . "[pgbouncer]\n"
 		  . join('', map { "$_ = $settings{$_}\n" } sort keys %settings));
@@ -67,9 +70,11 @@ sub start_pgbouncer
 			  || IO::Socket::INET->new(
 				PeerAddr => '127.0.0.1',
 				PeerPort => $b{port},
-				Timeout => 1);
+				Timeout  => 1);
 		}) && alive($b{pid});
-	$b{error} = "pgbouncer did not start:\n" . read_file("$dir/stdout.log")
+	$b{error} =
+		"pgbouncer did not start:\n"
+	  . read_file("$dir/stdout.log")
 	  . read_file($b{log})
 	  unless $b{ready};
 	return \%b;

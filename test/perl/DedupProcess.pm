@@ -31,7 +31,7 @@ use warnings;
 
 use Exporter 'import';
 use IO::Socket::INET;
-use POSIX qw(WNOHANG);
+use POSIX       qw(WNOHANG);
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(spawn_session stop_at_exit forget_pid stop_group alive
@@ -56,7 +56,8 @@ sub catch_signals
 		POSIX::_exit(1) if $$ != $owner;
 		print STDERR "killed by SIG$_[0]\n";
 		exit(1);
-	} for qw(INT TERM HUP);
+	  }
+	  for qw(INT TERM HUP);
 	return;
 }
 
@@ -68,7 +69,7 @@ sub spawn_session
 	if ($pid == 0)
 	{
 		POSIX::setsid();
-		open(STDIN, '<', '/dev/null');
+		open(STDIN,  '<',  '/dev/null');
 		open(STDOUT, '>>', $log);
 		open(STDERR, '>&', \*STDOUT);
 		@ENV{ keys %$env } = values %$env;
@@ -161,7 +162,7 @@ sub free_port
 	return PostgreSQL::Test::Cluster::get_free_port()
 	  if defined &PostgreSQL::Test::Cluster::get_free_port;
 	my $s = IO::Socket::INET->new(
-		Listen => 1,
+		Listen    => 1,
 		LocalAddr => '127.0.0.1',
 		LocalPort => 0,
 		ReuseAddr => 1) or die "no free port: $!";

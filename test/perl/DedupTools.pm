@@ -37,7 +37,7 @@ sub find_python
 
 sub require_tools
 {
-	my %opt = @_;
+	my %opt     = @_;
 	my @missing = grep { !-x $_ } @{ $opt{programs} // [] };
 	my $python;
 	if ($opt{modules})
@@ -47,7 +47,9 @@ sub require_tools
 		  unless defined $python;
 	}
 	return $python unless @missing;
-	my $why = 'missing: ' . join('; ', @missing)
+	my $why =
+		'missing: '
+	  . join('; ', @missing)
 	  . ' (sudo test/setup.sh installs them)';
 	BAIL_OUT($why) if $ENV{DEDUP_REQUIRE_TOOLS};
 	plan(skip_all => $why);

@@ -36,7 +36,7 @@ use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $n_messages = $ENV{DEDUP_STRESS_MESSAGES} // 1200;
+my $n_messages     = $ENV{DEDUP_STRESS_MESSAGES} // 1200;
 my $n_serializable = 2 * $n_messages / 3;
 die "DEDUP_STRESS_MESSAGES must be a multiple of 24, at most 3000"
   if $n_messages % 24 || $n_messages > 3000;
@@ -47,12 +47,12 @@ my $clients    = 8;
 my $node = DedupNode->create(
 	'stress',
 	preload => 0,
-	conf => {
-		max_connections => 40,
-		log_statement => 'none',
+	conf    => {
+		max_connections         => 40,
+		log_statement           => 'none',
 		log_min_error_statement => 'panic',
-		log_lock_waits => 'on',
-		deadlock_timeout => '1ms',
+		log_lock_waits          => 'on',
+		deadlock_timeout        => '1ms',
 	});
 
 my $db = 'stress';
@@ -74,7 +74,8 @@ SET dedup.probe_before = 'x';
 SELECT dedup_claim('probe', 'probe-1');
 SET dedup.probe_after = 'y';
 }, on_error_stop => 1);
-is($out, 't', 'first claim in a fresh backend, without preloading, returns true');
+is($out, 't',
+	'first claim in a fresh backend, without preloading, returns true');
 like(
 	$err,
 	qr/invalid configuration parameter name "dedup\.probe_after"/,
@@ -85,9 +86,11 @@ like(
 	qr/WARNING:  invalid configuration parameter name "dedup\.probe_before", removing it/,
 	'the placeholder set before the first claim existed, so the library was not loaded yet'
 );
-unlike($err, qr/ERROR:.*probe_before/, 'setting the placeholder before the first claim succeeded');
+unlike($err, qr/ERROR:.*probe_before/,
+	'setting the placeholder before the first claim succeeded');
 is($node->safe_psql($db, q{SELECT dedup_claim('probe', 'probe-1')}),
-	'f', 'the on-demand claim was committed: claiming it again returns false');
+	'f',
+	'the on-demand claim was committed: claiming it again returns false');
 
 # --- business schema ------------------------------------------------------------
 
@@ -160,12 +163,14 @@ sub run_stress
 
 	$node->safe_psql($db, fill_queue($n_messages) . $reset_balances);
 	is( $node->safe_psql(
-			$db, 'SELECT count(*), count(DISTINCT message_id) FROM deliveries'),
+			$db,
+			'SELECT count(*), count(DISTINCT message_id) FROM deliveries'),
 		"$n_deliveries|$n_messages",
 		"$isolation: queue holds three deliveries of each message");
 
 	$node->safe_psql($db,
-		"ALTER DATABASE $db SET default_transaction_isolation = '$isolation'");
+		"ALTER DATABASE $db SET default_transaction_isolation = '$isolation'"
+	);
 
 	# One transaction per delivery.  The pop, the claim, the effect and the
 	# (sometimes failing) end all belong to the same transaction, so a retry
@@ -192,12 +197,14 @@ END;
 
 	# every delivery is one transaction: -t pops the queue empty
 	my @cmd = (
-		'pgbench', '-n',
-		'-h', $node->host, '-p', $node->port,
-		'-c', $clients, '-j', 2,
-		'-t', $n_deliveries / $clients,
-		'--max-tries=10000',
-		'-f', $script, $db);
+		'pgbench',           '-n',
+		'-h',                $node->host,
+		'-p',                $node->port,
+		'-c',                $clients,
+		'-j',                2,
+		'-t',                $n_deliveries / $clients,
+		'--max-tries=10000', '-f',
+		$script,             $db);
 	my ($stdout, $stderr);
 	my $t0 = time;
 	my $ok = IPC::Run::run(\@cmd, '>', \$stdout, '2>', \$stderr,
@@ -221,9 +228,10 @@ END;
 	my ($retries) = $stdout =~ /total number of retries: (\d+)/;
 	my $injected = $node->safe_psql($db,
 		"SELECT last_value / 7 - $attempts_before / 7 FROM attempts");
-	ok(defined $retries && $injected > 100 && $retries >= $injected,
+	ok( defined $retries && $injected > 100 && $retries >= $injected,
 		"$isolation: $injected attempts were rolled back after their claim and retried ("
-		  . ($retries // 'no') . " retries in all)");
+		  . ($retries // 'no')
+		  . " retries in all)");
 
 	$node->safe_psql($db,
 		"ALTER DATABASE $db RESET default_transaction_isolation");
@@ -236,14 +244,16 @@ END;
 SELECT count(*), count(DISTINCT message_id), min(isolation), max(isolation)
   FROM applied WHERE consumer = '$consumer'}),
 		"$n_messages|$n_messages|$isolation|$isolation",
-		"$isolation: each message applied exactly once, all under $isolation");
+		"$isolation: each message applied exactly once, all under $isolation"
+	);
 
 	is( $node->safe_psql(
 			$db, qq{
 SELECT count(*), count(DISTINCT message_id)
   FROM duplicates WHERE consumer = '$consumer'}),
 		(2 * $n_messages) . "|$n_messages",
-		"$isolation: the other two deliveries of every message were skipped as duplicates");
+		"$isolation: the other two deliveries of every message were skipped as duplicates"
+	);
 
 	is( $node->safe_psql(
 			$db, qq{
@@ -284,11 +294,13 @@ SELECT count(*)
 	# Deliveries of one message did overlap: duplicates claimed while the
 	# first delivery was in flight waited on its claim, and the server log
 	# shows lock waits on processed_messages' unique index.
-	my $log = slurp_file($node->logfile, $log_offset);
-	my $claim_waits =
-	  () = $log =~ /still waiting for ShareLock on transaction \d+.*\n(?:.*\n)?.*CONTEXT:\s+while inserting index tuple \(\d+,\d+\) in relation "processed_messages"/g;
-	note("$isolation: $claim_waits logged waits of a claim on a concurrent claim");
-	ok($claim_waits > 0,
+	my $log         = slurp_file($node->logfile, $log_offset);
+	my $claim_waits = () = $log =~
+	  /still waiting for ShareLock on transaction \d+.*\n(?:.*\n)?.*CONTEXT:\s+while inserting index tuple \(\d+,\d+\) in relation "processed_messages"/g;
+	note(
+		"$isolation: $claim_waits logged waits of a claim on a concurrent claim"
+	);
+	ok( $claim_waits > 0,
 		"$isolation: concurrent deliveries of a message waited on each other's claim"
 	);
 

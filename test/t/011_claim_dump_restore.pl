@@ -20,14 +20,15 @@ use Test::More;
 my $node = DedupNode->create(
 	'dump',
 	preload => 0,
-	init => { extra => [ '--encoding=UTF8', '--locale=C' ] },
-	conf => { log_statement => 'none' });
+	init    => { extra         => [ '--encoding=UTF8', '--locale=C' ] },
+	conf    => { log_statement => 'none' });
 
 my $tmpdir = PostgreSQL::Test::Utils::tempdir;
-my @conn = ('-h', $node->host, '-p', $node->port);
+my @conn   = ('-h', $node->host, '-p', $node->port);
 
 # a role to check that privileges on dedup_claim travel with the dump
-$node->safe_psql('postgres', 'CREATE ROLE app LOGIN; CREATE ROLE outsider LOGIN');
+$node->safe_psql('postgres',
+	'CREATE ROLE app LOGIN; CREATE ROLE outsider LOGIN');
 
 # --- extension in public ---------------------------------------------------------
 
@@ -61,9 +62,10 @@ sub check_restored
 {
 	my ($db, $how) = @_;
 
-	is($node->safe_psql($db, $rows_query),
+	is( $node->safe_psql($db, $rows_query),
 		$src_rows,
-		"$how: processed_messages restored row for row, processed_at included");
+		"$how: processed_messages restored row for row, processed_at included"
+	);
 
 	is( $node->safe_psql(
 			$db, q{
@@ -78,13 +80,15 @@ SELECT count(*) FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 SELECT 'processed_messages'::regclass = ANY (extconfig)
   FROM pg_extension WHERE extname = 'dedup'}),
 		't',
-		"$how: processed_messages is still a configuration table, for the next dump");
+		"$how: processed_messages is still a configuration table, for the next dump"
+	);
 
 	# every claim made before the dump is a duplicate in the copy ...
 	is( $node->safe_psql(
 			$db, q{
 SELECT dedup_claim('orders', 'o-1'), dedup_claim('orders', 'o-2'),
-	   dedup_claim('billing', 'o-1'), dedup_claim('orders', E'o-\'3\\\\\t\u00e9')}),
+	   dedup_claim('billing', 'o-1'), dedup_claim('orders', E'o-\'3\\\\\t\u00e9')}
+		),
 		'f|f|f|f',
 		"$how: claims made before the dump are duplicates after the restore");
 
@@ -97,17 +101,20 @@ SELECT dedup_claim('orders', 'o-new'), dedup_claim('billing', 'o-2'),
 		"$how: new keys, other consumers' keys and rolled-back claims are first deliveries"
 	);
 	is($node->safe_psql($db, q{SELECT dedup_claim('orders', 'o-new')}),
-		'f', "$how: a key claimed in the restored database is recorded there");
+		'f',
+		"$how: a key claimed in the restored database is recorded there");
 
 	# the configuration came along: windows, and claimants by role name
 	is( $node->safe_psql(
 			$db, q{
 SELECT (SELECT string_agg(consumer_name || '=' || retention, ',') FROM dedup_retention),
-	   (SELECT string_agg(consumer_name || '=' || claimant, ',') FROM dedup_consumer_roles)}),
+	   (SELECT string_agg(consumer_name || '=' || claimant, ',') FROM dedup_consumer_roles)}
+		),
 		'orders=3 days|payments=app',
 		"$how: retention windows and consumer claimants restored");
 	is( $node->psql(
-			$db, q{SELECT dedup_claim('payments', 'by-app')},
+			$db,
+			q{SELECT dedup_claim('payments', 'by-app')},
 			connstr => $node->connstr($db) . ' user=app'),
 		0,
 		"$how: the mapped role claims for its consumer");
@@ -122,25 +129,32 @@ SELECT has_function_privilege('app', 'dedup_claim(text, text)', 'EXECUTE'),
 		't|f|f|f',
 		"$how: EXECUTE for app restored, nothing granted to PUBLIC");
 	is( $node->psql(
-			$db, q{SELECT dedup_claim('orders', 'by-app')},
+			$db,
+			q{SELECT dedup_claim('orders', 'by-app')},
 			connstr => $node->connstr($db) . ' user=app'),
 		0,
 		"$how: app can claim in the restored database");
 	my ($ret, $out, $err) = $node->psql(
-		$db, q{SELECT dedup_claim('orders', 'by-outsider')},
+		$db,
+		q{SELECT dedup_claim('orders', 'by-outsider')},
 		connstr => $node->connstr($db) . ' user=outsider');
-	like($err, qr/permission denied for function dedup_claim/,
+	like(
+		$err,
+		qr/permission denied for function dedup_claim/,
 		"$how: outsider still cannot claim");
 	return;
 }
 
 # custom format, pg_restore into a fresh database
-command_ok(
-	[ 'pg_dump', @conn, '-Fc', '-f', "$tmpdir/src.dump", 'src' ],
+command_ok([ 'pg_dump', @conn, '-Fc', '-f', "$tmpdir/src.dump", 'src' ],
 	'pg_dump -Fc of a database with claims');
 $node->safe_psql('postgres', 'CREATE DATABASE dst');
 command_ok(
-	[ 'pg_restore', @conn, '--exit-on-error', '-d', 'dst', "$tmpdir/src.dump" ],
+	[
+		'pg_restore',      @conn,
+		'--exit-on-error', '-d',
+		'dst',             "$tmpdir/src.dump"
+	],
 	'pg_restore into a new database');
 check_restored('dst', 'pg_restore');
 
@@ -149,14 +163,14 @@ is($node->safe_psql('src', $rows_query),
 	$src_rows, 'the source database did not see the claims made in the copy');
 
 # plain format, replayed with psql
-command_ok(
-	[ 'pg_dump', @conn, '-Fp', '-f', "$tmpdir/src.sql", 'src' ],
+command_ok([ 'pg_dump', @conn, '-Fp', '-f', "$tmpdir/src.sql", 'src' ],
 	'pg_dump -Fp of a database with claims');
 $node->safe_psql('postgres', 'CREATE DATABASE dst_plain');
 command_ok(
 	[
-		'psql', @conn, '-X', '-q', '-v', 'ON_ERROR_STOP=1',
-		'-f', "$tmpdir/src.sql", 'dst_plain'
+		'psql', @conn,             '-X', '-q',
+		'-v',   'ON_ERROR_STOP=1', '-f', "$tmpdir/src.sql",
+		'dst_plain'
 	],
 	'plain dump replays without error');
 check_restored('dst_plain', 'plain dump');
@@ -177,16 +191,21 @@ is( $node->safe_psql(
 		'SELECT count(*) FROM dedup.processed_messages; SELECT count(*) FROM public.processed_messages'
 	),
 	"2\n0",
-	'non-public schema: claims go to dedup.processed_messages, not to the public decoy');
+	'non-public schema: claims go to dedup.processed_messages, not to the public decoy'
+);
 
 command_ok(
-	[ 'pg_dump', @conn, '-Fc', '-f', "$tmpdir/src_schema.dump", 'src_schema' ],
+	[
+		'pg_dump', @conn, '-Fc', '-f', "$tmpdir/src_schema.dump",
+		'src_schema'
+	],
 	'pg_dump -Fc of a database with dedup in schema "dedup"');
 $node->safe_psql('postgres', 'CREATE DATABASE dst_schema');
 command_ok(
 	[
-		'pg_restore', @conn, '--exit-on-error', '-d', 'dst_schema',
-		"$tmpdir/src_schema.dump"
+		'pg_restore',      @conn,
+		'--exit-on-error', '-d',
+		'dst_schema',      "$tmpdir/src_schema.dump"
 	],
 	'pg_restore of it into a new database');
 
@@ -220,7 +239,8 @@ is( $node->safe_psql(
 		'SELECT count(*) FROM dedup.processed_messages; SELECT count(*) FROM public.processed_messages'
 	),
 	"4\n0",
-	'non-public schema: new claims recorded in dedup.processed_messages only');
+	'non-public schema: new claims recorded in dedup.processed_messages only'
+);
 
 $node->stop;
 done_testing();

@@ -17,8 +17,10 @@ use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $primary = DedupNode->create('primary', preload => 0,
-	init => { allows_streaming => 1 });
+my $primary = DedupNode->create(
+	'primary',
+	preload => 0,
+	init    => { allows_streaming => 1 });
 $primary->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dedup;
@@ -46,16 +48,20 @@ is( $standby->safe_psql(
 sub claim_fails
 {
 	my ($node, $sql, $name) = @_;
-	return $node->psql_fails_like('postgres', $sql,
+	return $node->psql_fails_like(
+		'postgres',
+		$sql,
 		qr/ERROR:  25006: cannot execute dedup_claim\(\) (?:during recovery|in a read-only transaction)/,
 		$name);
 }
 
 # --- on the standby ---------------------------------------------------------------
 
-my $err = claim_fails($standby, q{SELECT dedup_claim('c', 'k')},
-	'standby, new key');
-like($err, qr/cannot execute dedup_claim\(\) during recovery/,
+my $err =
+  claim_fails($standby, q{SELECT dedup_claim('c', 'k')}, 'standby, new key');
+like(
+	$err,
+	qr/cannot execute dedup_claim\(\) during recovery/,
 	'standby, new key: the message says why');
 
 # looking without claiming works on a standby
@@ -63,24 +69,33 @@ is( $standby->safe_psql(
 		'postgres', q{
 SELECT (SELECT seen FROM dedup_seen('c', 'after-backup')),
 	   (SELECT seen FROM dedup_seen('c', 'never-claimed'))}),
-	't|f', 'standby: dedup_seen answers from the replicated records');
+	't|f',
+	'standby: dedup_seen answers from the replicated records');
+
 # and so do the storage views
 is( $standby->safe_psql(
 		'postgres', q{
 SELECT s.consumers, c.consumer,
 	   c.latest_record_at = (SELECT max(processed_at) FROM processed_messages)
   FROM dedup_storage s, dedup_stats c}),
-	'1|c|t', 'standby: the storage views answer from the replicated records');
+	'1|c|t',
+	'standby: the storage views answer from the replicated records');
 my ($forget_ret, $forget_out, $forget_err) =
   $standby->psql('postgres', q{SELECT dedup_forget('c', 'after-backup')});
-like($forget_err, qr/cannot execute dedup_forget\(\) during recovery|read-only/,
+like(
+	$forget_err,
+	qr/cannot execute dedup_forget\(\) during recovery|read-only/,
 	'standby: dedup_forget is refused');
 
 # a key the standby already knows about is no exception: a claim on a
 # standby must not be mistaken for a duplicate check
-$err = claim_fails($standby, q{SELECT dedup_claim('c', 'before-backup')},
+$err = claim_fails(
+	$standby,
+	q{SELECT dedup_claim('c', 'before-backup')},
 	'standby, replicated key');
-like($err, qr/cannot execute dedup_claim\(\) during recovery/,
+like(
+	$err,
+	qr/cannot execute dedup_claim\(\) during recovery/,
 	'standby, replicated key: the message says why');
 
 # --- on the primary, read-only transactions ---------------------------------------
@@ -89,7 +104,9 @@ $err = claim_fails(
 	$primary, q{SET default_transaction_read_only = on;
 SELECT dedup_claim('c', 'ro-1');},
 	'primary, default_transaction_read_only');
-like($err, qr/cannot execute dedup_claim\(\) in a read-only transaction/,
+like(
+	$err,
+	qr/cannot execute dedup_claim\(\) in a read-only transaction/,
 	'primary, default_transaction_read_only: the message says why');
 
 $err = claim_fails(
@@ -113,7 +130,8 @@ is( $primary->safe_psql(
 # the refused keys are still first deliveries once writing is allowed again,
 # on the primary and, after replay, not on the standby
 is( $primary->safe_psql(
-		'postgres', q{SELECT dedup_claim('c', 'ro-1'), dedup_claim('c', 'k')}),
+		'postgres', q{SELECT dedup_claim('c', 'ro-1'), dedup_claim('c', 'k')}
+	),
 	't|t',
 	'primary: refused keys are first deliveries in a read-write transaction');
 $primary->wait_for_catchup($standby);
@@ -132,7 +150,8 @@ $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 is( $standby->safe_psql(
 		'postgres', q{SELECT dedup_claim('c', 'k'), dedup_claim('c', 'k2')}),
 	'f|t',
-	'promoted standby: a replicated claim is a duplicate, a new key is claimed');
+	'promoted standby: a replicated claim is a duplicate, a new key is claimed'
+);
 
 $standby->stop;
 $primary->stop;

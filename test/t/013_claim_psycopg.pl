@@ -227,7 +227,10 @@ sub scenario
 			$python, $script, $node->host, $node->port, $db, $name,
 			$PostgreSQL::Test::Utils::timeout_default
 		],
-		'>', \$stdout, '2>', \$stderr,
+		'>',
+		\$stdout,
+		'2>',
+		\$stderr,
 		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
 	ok($ok, "$name: python scenario ran") or diag($stderr);
 	note("$name: $stdout");
@@ -238,7 +241,8 @@ sub scenario
 sub points
 {
 	my ($wallet) = @_;
-	return $node->safe_psql($db, "SELECT points FROM wallet WHERE id = $wallet");
+	return $node->safe_psql($db,
+		"SELECT points FROM wallet WHERE id = $wallet");
 }
 
 sub claims
@@ -268,45 +272,63 @@ is( join(',',
 	'redelivery: first delivery true, redeliveries false (also after reconnecting), other consumer true'
 );
 is($r->{points}, 125, 'redelivery: points as seen by the client');
-is(points(1), '125', 'redelivery: loyalty effect applied once, audit once');
+is(points(1), '125',  'redelivery: loyalty effect applied once, audit once');
 is(claims('loyalty', 'evt-1'), '1', 'redelivery: one claim recorded');
 
 # --- consumer dies between claim and commit ---------------------------------------
 
 $r = scenario('crash-close');
-is($r->{dying_claim}, JSON::PP::true, 'crash-close: the dying consumer had claimed the message');
-is($r->{redelivery}, JSON::PP::true, 'crash-close: the redelivery claims again (the claim died with its transaction)');
-is($r->{again}, JSON::PP::false, 'crash-close: a further redelivery is a duplicate');
+is($r->{dying_claim}, JSON::PP::true,
+	'crash-close: the dying consumer had claimed the message');
+is($r->{redelivery}, JSON::PP::true,
+	'crash-close: the redelivery claims again (the claim died with its transaction)'
+);
+is($r->{again}, JSON::PP::false,
+	'crash-close: a further redelivery is a duplicate');
 is(points(2), '50', 'crash-close: effect applied exactly once');
 is(claims('loyalty', 'evt-2'), '1', 'crash-close: one claim recorded');
 
 $r = scenario('crash-terminate');
-is($r->{dying_claim}, JSON::PP::true, 'crash-terminate: the dying consumer had claimed the message');
-is($r->{terminated}, JSON::PP::true, 'crash-terminate: its backend was terminated');
+is($r->{dying_claim}, JSON::PP::true,
+	'crash-terminate: the dying consumer had claimed the message');
+is($r->{terminated}, JSON::PP::true,
+	'crash-terminate: its backend was terminated');
 isnt($r->{commit}, 'committed', 'crash-terminate: its commit failed');
-is($r->{redelivery}, JSON::PP::true, 'crash-terminate: the redelivery claims again');
-is($r->{again}, JSON::PP::false, 'crash-terminate: a further redelivery is a duplicate');
+is($r->{redelivery}, JSON::PP::true,
+	'crash-terminate: the redelivery claims again');
+is($r->{again}, JSON::PP::false,
+	'crash-terminate: a further redelivery is a duplicate');
 is(points(3), '70', 'crash-terminate: effect applied exactly once');
 is(claims('loyalty', 'evt-3'), '1', 'crash-terminate: one claim recorded');
 
 $r = scenario('crash-while-redelivered');
-is($r->{dying_claim}, JSON::PP::true, 'crash-while-redelivered: the dying consumer had claimed the message');
-is($r->{waited}, JSON::PP::true, 'crash-while-redelivered: the concurrent redelivery waited on that claim');
-is($r->{terminated}, JSON::PP::true, 'crash-while-redelivered: the claiming backend was terminated');
+is($r->{dying_claim}, JSON::PP::true,
+	'crash-while-redelivered: the dying consumer had claimed the message');
+is($r->{waited}, JSON::PP::true,
+	'crash-while-redelivered: the concurrent redelivery waited on that claim'
+);
+is($r->{terminated}, JSON::PP::true,
+	'crash-while-redelivered: the claiming backend was terminated');
 is($r->{redelivery}, JSON::PP::true,
-	'crash-while-redelivered: the waiting redelivery then claims the message');
-is($r->{again}, JSON::PP::false, 'crash-while-redelivered: a further redelivery is a duplicate');
+	'crash-while-redelivered: the waiting redelivery then claims the message'
+);
+is($r->{again}, JSON::PP::false,
+	'crash-while-redelivered: a further redelivery is a duplicate');
 is(points(4), '30', 'crash-while-redelivered: effect applied exactly once');
-is(claims('loyalty', 'evt-4'), '1', 'crash-while-redelivered: one claim recorded');
+is(claims('loyalty', 'evt-4'),
+	'1', 'crash-while-redelivered: one claim recorded');
 
 # --- app reaches processed_messages only through dedup_claim --------------------------
 
 $r = scenario('privileges');
-is($r->{claim}, JSON::PP::true, 'privileges: app can claim with only EXECUTE');
-is($r->{claim_again}, JSON::PP::false, 'privileges: and its claim is recorded');
+is($r->{claim}, JSON::PP::true,
+	'privileges: app can claim with only EXECUTE');
+is($r->{claim_again}, JSON::PP::false,
+	'privileges: and its claim is recorded');
 for my $op (qw(select insert update delete truncate))
 {
-	is($r->{$op}, '42501', "privileges: app cannot $op processed_messages directly");
+	is($r->{$op}, '42501',
+		"privileges: app cannot $op processed_messages directly");
 }
 is( $node->safe_psql(
 		$db,

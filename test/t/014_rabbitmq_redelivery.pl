@@ -47,40 +47,51 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $python = require_tools(
-	modules => [ 'pika', 'psycopg2' ],
+	modules  => [ 'pika',                                  'psycopg2' ],
 	programs => [ '/usr/lib/rabbitmq/bin/rabbitmq-server', '/usr/bin/epmd' ]);
 
-my $queue = 'payments';
-my $consumer = 'ledger';    # the dedup consumer name of every worker
+my $queue    = 'payments';
+my $consumer = 'ledger';     # the dedup consumer name of every worker
 
 # ---------------------------------------------------------------------------
 # a private RabbitMQ node, and the database while it boots
 # ---------------------------------------------------------------------------
 
-my $tmp = PostgreSQL::Test::Utils::tempdir;
+my $tmp    = PostgreSQL::Test::Utils::tempdir;
 my $broker = DedupBroker->start(dir => "$tmp/rabbitmq", python => $python);
 BAIL_OUT($broker->{error}) if $broker->{error};
-note("rabbitmq-server pid $broker->{pid}, node $broker->{nodename}, AMQP port $broker->{amqp_port}");
+note(
+	"rabbitmq-server pid $broker->{pid}, node $broker->{nodename}, AMQP port $broker->{amqp_port}"
+);
 
 my $node = DedupNode->create('rabbit');
-my $db = 'bank';
+my $db   = 'bank';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
+
 # "applied" gets one row per application, in the claim's transaction
 $node->safe_psql($db, "CREATE EXTENSION dedup;\n" . consumer_tables_sql());
 
 $broker->ready_ok;
-my $consumers = DedupConsumers->new(python => $python, dir => $tmp,
-	broker => $broker, node => $node, db => $db);
+my $consumers = DedupConsumers->new(
+	python => $python,
+	dir    => $tmp,
+	broker => $broker,
+	node   => $node,
+	db     => $db);
 
 # ---------------------------------------------------------------------------
 # the producer: 200 messages, 10 of them published twice
 # ---------------------------------------------------------------------------
 
-my $n = 200;
+my $n        = 200;
 my @messages = payments('pay', $n);
+
 # retried at once (adjacent copies), and later
-my @copies = map { ($_, $_->{message_id} =~ /(\d+)$/ && $1 % 40 == 0 ? $_ : ()) } @messages;
-push @copies, grep { $_->{message_id} =~ /(\d+)$/ && $1 % 40 == 20 } @messages;
+my @copies =
+  map { ($_, $_->{message_id} =~ /(\d+)$/ && $1 % 40 == 0 ? $_ : ()) }
+  @messages;
+push @copies,
+  grep { $_->{message_id} =~ /(\d+)$/ && $1 % 40 == 20 } @messages;
 my %copies_of;
 $copies_of{ $_->{message_id} }++ for @copies;
 my $producer_duplicates = @copies - @messages;
@@ -97,7 +108,7 @@ is($broker->depth($queue), scalar(@copies), 'the queue holds the 210 copies');
 
 # (a) and (b) alone on the queue, one after the other, each until it dies
 for my $crash (
-	[ 'crash-after-commit', 'die-after-commit', 3 ],
+	[ 'crash-after-commit',  'die-after-commit',  3 ],
 	[ 'crash-before-commit', 'die-before-commit', 4 ])
 {
 	my ($worker, $behaviour, $code) = @$crash;
@@ -110,27 +121,31 @@ for my $crash (
 
 # (c), (d): three consumers at once, started together
 my $control = $consumers->control('control-concurrent');
-my @concurrent = (
-	[ 'nacker', 'nack' ],
-	[ 'steady-1', 'steady' ],
-	[ 'steady-2', 'steady' ]);
-my @harnesses = map { $consumers->start($_->[0], $queue, $_->[1], $control) } @concurrent;
+my @concurrent =
+  ([ 'nacker', 'nack' ], [ 'steady-1', 'steady' ], [ 'steady-2', 'steady' ]);
+my @harnesses =
+  map { $consumers->start($_->[0], $queue, $_->[1], $control) } @concurrent;
 my @workers = map { $_->[0] } @concurrent;
 ok($consumers->wait_ready(@workers), 'three concurrent consumers connected');
 signal($control, 'go');
 
 # drained: every copy acked once, nothing ready in the queue
-ok($consumers->wait_drained($queue, scalar(@copies)),
+ok( $consumers->wait_drained($queue, scalar(@copies)),
 	'queue drained: every copy acked, no message ready');
-is($broker->queue($queue)->{consumers}, 3, 'the three consumers were still attached');
+is($broker->queue($queue)->{consumers},
+	3, 'the three consumers were still attached');
 
 {
-	my ($out, $err) = $broker->ctl('--quiet', '--no-table-headers',
-		'list_queues', 'name', 'messages_ready', 'messages_unacknowledged',
+	my ($out, $err) = $broker->ctl(
+		'--quiet',        '--no-table-headers',
+		'list_queues',    'name',
+		'messages_ready', 'messages_unacknowledged',
 		'consumers');
-	like($out, qr/^\Q$queue\E\s+0\s+0\s+3\s*$/m,
-		'rabbitmqctl: 0 ready, 0 unacknowledged, 3 consumers')
-	  or diag("rabbitmqctl: $out $err");
+	like(
+		$out,
+		qr/^\Q$queue\E\s+0\s+0\s+3\s*$/m,
+		'rabbitmqctl: 0 ready, 0 unacknowledged, 3 consumers'
+	) or diag("rabbitmqctl: $out $err");
 }
 
 signal($control, 'stop');
@@ -141,7 +156,9 @@ for my $i (0 .. $#workers)
 	  or diag($consumers->stderr_of($workers[$i]));
 }
 
-is_deeply($broker->queue($queue), { consumers => 0, messages => 0 },
+is_deeply(
+	$broker->queue($queue),
+	{ consumers => 0, messages => 0 },
 	'queue empty with no consumer attached: nothing was left unacked');
 
 # ---------------------------------------------------------------------------
@@ -155,21 +172,27 @@ for my $d (@deliveries)
 {
 	my $id = $d->{message_id};
 	($d->{claim} ? \%claims_true : \%claims_false)->{$id}++;
-	$redeliveries{$id}++ if $d->{redelivered};
+	$redeliveries{$id}++      if $d->{redelivered};
 	$committed_unacked{$id}++ if $d->{action} eq 'commit-no-ack';
-	$nacked{$id}++ if $d->{action} eq 'nack';
-	$died{$id}++ if $d->{action} eq 'die-before-commit';
+	$nacked{$id}++            if $d->{action} eq 'nack';
+	$died{$id}++              if $d->{action} eq 'die-before-commit';
 }
-my $sum = sub { my $h = shift; my $s = 0; $s += $_ for values %$h; $s };
+my $sum  = sub { my $h = shift; my $s = 0; $s += $_ for values %$h; $s };
 my $acks = grep { $_->{action} eq 'ack' } @deliveries;
 is($acks, scalar(@copies), 'each of the 210 copies was acked exactly once');
 note(
 	sprintf(
 		'%d deliveries (%d redelivered), %d claims true, %d false, per worker: %s',
-		scalar(@deliveries), $sum->(\%redeliveries),
-		$sum->(\%claims_true), $sum->(\%claims_false),
-		join(', ',
-			map { my $w = $_; "$w " . grep { $_->{worker} eq $w } @deliveries }
+		scalar(@deliveries),
+		$sum->(\%redeliveries),
+		$sum->(\%claims_true),
+		$sum->(\%claims_false),
+		join(
+			', ',
+			map {
+				my $w = $_;
+				"$w " . grep { $_->{worker} eq $w } @deliveries
+			  }
 			  sort keys %{ { map { $_->{worker} => 1 } @deliveries } })));
 
 # whose work is in "applied": message_id => [workers]
@@ -186,7 +209,7 @@ sub redelivered_to_other
 {
 	my ($id, $worker, $claim, $action) = @_;
 	return grep {
-		     $_->{message_id} eq $id
+			 $_->{message_id} eq $id
 		  && $_->{worker} ne $worker
 		  && $_->{redelivered}
 		  && !!$_->{claim} == !!$claim
@@ -196,7 +219,8 @@ sub redelivered_to_other
 
 # (a) committed, died before the ack
 my @a = grep { $_->{action} eq 'commit-no-ack' } @deliveries;
-is(scalar(@a), 5, '(a) crash-after-commit committed 5 messages it never acked');
+is(scalar(@a), 5,
+	'(a) crash-after-commit committed 5 messages it never acked');
 is(scalar(grep { $_->{claim} } @a), 5, '(a) ... each a first claim');
 is( scalar(
 		grep {
@@ -222,18 +246,19 @@ my $b_id = $b[0] ? $b[0]{message_id} : '';
 is(scalar(redelivered_to_other($b_id, 'crash-before-commit', 1, 'ack')),
 	1, '(b) the redelivery (flag set) claimed it again (true) and acked it');
 my $b_applied = $applied{$b_id} // [];
-ok(@$b_applied == 1 && $b_applied->[0] ne 'crash-before-commit',
-	'(b) applied once, by the redelivery: the dead claim left nothing')
-  or diag("applied by @$b_applied");
+ok( @$b_applied == 1 && $b_applied->[0] ne 'crash-before-commit',
+	'(b) applied once, by the redelivery: the dead claim left nothing'
+) or diag("applied by @$b_applied");
 
 # (c) committed, then nacked with requeue
 my @c = grep { $_->{action} eq 'nack' } @deliveries;
-cmp_ok(scalar(@c), '>=', 1, '(c) nacker nacked committed messages') or diag(scalar @c);
+cmp_ok(scalar(@c), '>=', 1, '(c) nacker nacked committed messages')
+  or diag(scalar @c);
 is( scalar(
 		grep {
 			my $id = $_->{message_id};
 			grep {
-				     $_->{message_id} eq $id
+					 $_->{message_id} eq $id
 				  && $_->{redelivered}
 				  && !$_->{claim}
 				  && $_->{action} eq 'ack'
@@ -248,8 +273,11 @@ is(scalar(grep { @{ $applied{ $_->{message_id} } // [] } == 1 } @c),
 # (d) concurrency
 for my $w (@workers)
 {
-	cmp_ok(scalar(grep { $_->{worker} eq $w && $_->{action} eq 'ack' } @deliveries),
-		'>', 0, "(d) $w acked messages");
+	cmp_ok(
+		scalar(
+			grep { $_->{worker} eq $w && $_->{action} eq 'ack' } @deliveries),
+		'>', 0,
+		"(d) $w acked messages");
 }
 {
 	my (%first, %last);
@@ -257,9 +285,10 @@ for my $w (@workers)
 	{
 		my $w = $d->{worker};
 		$first{$w} = $d->{t} if !defined $first{$w} || $d->{t} < $first{$w};
-		$last{$w} = $d->{t} if !defined $last{$w} || $d->{t} > $last{$w};
+		$last{$w}  = $d->{t} if !defined $last{$w}  || $d->{t} > $last{$w};
 	}
-	ok( defined $first{'steady-1'} && defined $first{'steady-2'}
+	ok( defined $first{'steady-1'}
+		  && defined $first{'steady-2'}
 		  && $first{'steady-1'} < $last{'steady-2'}
 		  && $first{'steady-2'} < $last{'steady-1'},
 		'(d) steady-1 and steady-2 consumed at the same time');
@@ -267,7 +296,9 @@ for my $w (@workers)
 
 # (e) producer retries
 my @e = grep { $copies_of{$_} == 2 } sort keys %copies_of;
-is( scalar(grep { ($claims_false{$_} // 0) >= 1 && @{ $applied{$_} // [] } == 1 } @e),
+is( scalar(
+		grep { ($claims_false{$_} // 0) >= 1 && @{ $applied{$_} // [] } == 1 }
+		  @e),
 	scalar(@e),
 	'(e) each message published twice: a duplicate detected, applied once');
 
@@ -278,11 +309,14 @@ for my $m (@messages)
 {
 	my $id = $m->{message_id};
 	my $want_false =
-	  ($copies_of{$id} - 1) + ($committed_unacked{$id} // 0) + ($nacked{$id} // 0);
+	  ($copies_of{$id} - 1) +
+	  ($committed_unacked{$id} // 0) +
+	  ($nacked{$id}            // 0);
 	my $want_true = 1 + ($died{$id} // 0);
 	push @wrong,
-	  "$id: claims true $claims_true{$id}/$want_true, false "
-	  . ($claims_false{$id} // 0) . "/$want_false"
+		"$id: claims true $claims_true{$id}/$want_true, false "
+	  . ($claims_false{$id} // 0)
+	  . "/$want_false"
 	  unless ($claims_true{$id} // 0) == $want_true
 	  && ($claims_false{$id} // 0) == $want_false;
 }
@@ -296,7 +330,10 @@ is( $duplicates,
 	"duplicates detected ($duplicates) = producer retries + commit-no-ack + nacks"
 );
 cmp_ok($duplicates, '>', 0, 'duplicates were detected');
-cmp_ok($sum->(\%redeliveries), '>=', scalar(@a) + scalar(@b) + scalar(@c),
+cmp_ok(
+	$sum->(\%redeliveries),
+	'>=',
+	scalar(@a) + scalar(@b) + scalar(@c),
 	'redeliveries happened (redelivered flag) for every failed delivery');
 
 # ---------------------------------------------------------------------------
@@ -311,8 +348,12 @@ is( join(',', sort keys %applied),
 	join(',', sort map { $_->{message_id} } @messages),
 	'applied: exactly the messages published');
 is( $node->safe_psql(
-		$db, q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}),
-	join(',', map { "$_=$expected_balance->{$_}" } sort { $a <=> $b } keys %$expected_balance),
+		$db,
+		q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}
+	),
+	join(',',
+		map  { "$_=$expected_balance->{$_}" }
+		sort { $a <=> $b } keys %$expected_balance),
 	'balances are the sums of the distinct messages');
 is( $node->safe_psql(
 		$db,
@@ -338,9 +379,12 @@ is($counters, 'on', 'dedup_stats: counters on (dedup preloaded)');
 is($stat_duplicates, $duplicates,
 	'dedup_stats.duplicates = the duplicates the consumers logged');
 is($stat_claims, $sum->(\%claims_true),
-	'dedup_stats.claims = the true claims the consumers logged (200 + 1 rolled back)');
+	'dedup_stats.claims = the true claims the consumers logged (200 + 1 rolled back)'
+);
 is($stat_claims, $n + scalar(@b), 'dedup_stats.claims = 201');
-note("dedup_stats.lock_waits = $stat_lock_waits (concurrent copies of one message)");
+note(
+	"dedup_stats.lock_waits = $stat_lock_waits (concurrent copies of one message)"
+);
 
 # ---------------------------------------------------------------------------
 # stop the broker and its epmd; nothing of them survives

@@ -22,14 +22,17 @@ use Test::More;
 
 my $clients = 4;
 my $swaps   = 40;
+
 # long enough to outlast the swaps on a loaded machine; pgbench ends by itself.
 # At most 200 claims a second: each swap waits for five, and full speed would
 # only take the cores that a loaded machine gives the swaps
 my $pgbench_seconds = 20;
 my $pgbench_rate    = 200;
 
-my $node = DedupNode->create('swap', preload => 0,
-	conf => { max_connections => 30 });
+my $node = DedupNode->create(
+	'swap',
+	preload => 0,
+	conf    => { max_connections => 30 });
 
 $node->safe_psql(
 	'postgres', q{
@@ -83,18 +86,21 @@ $node->safe_psql('postgres',
 	'CREATE TABLE claimed_log (id text); GRANT ALL ON claimed_log TO PUBLIC');
 
 my @cmd = (
-	'pgbench', '-n', '-h', $node->host, '-p', $node->port,
-	'-c', $clients, '-j', 2, '-T', $pgbench_seconds, '-R', $pgbench_rate,
-	'-f', $script, 'postgres');
+	'pgbench', '-n',          '-h', $node->host,
+	'-p',      $node->port,   '-c', $clients,
+	'-j',      2,             '-T', $pgbench_seconds,
+	'-R',      $pgbench_rate, '-f', $script,
+	'postgres');
 my $pgbench_err = $node->basedir . '/pgbench.err';
-my $stdout = '';
-my $pgbench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', $pgbench_err);
+my $stdout      = '';
+my $pgbench     = IPC::Run::start(\@cmd, '>', \$stdout, '2>', $pgbench_err);
 
 # let the clients warm up, then swap back and forth
 $node->poll_query_until('postgres', 'SELECT count(*) > 20 FROM claimed_log')
   or die 'pgbench made no claims: ' . slurp_file($pgbench_err);
 my $claims_before =
   $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log');
+
 # Each swap commits, and stays until the clients have committed claims with
 # the look-alike in place: one more than there are clients, so that at
 # least one claim began after the swap.  (In a DO block: every query of it
@@ -129,7 +135,8 @@ END
 \$\$;
 });
 my $claims_during_swaps =
-  $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log') - $claims_before;
+  $node->safe_psql('postgres', 'SELECT count(*) FROM claimed_log') -
+  $claims_before;
 $pgbench->finish;
 note("pgbench: $stdout");
 my $stderr = slurp_file($pgbench_err);
@@ -150,16 +157,20 @@ SELECT dedup_claim('svc', 'after-swap'), dedup_set_retention('svc', '1 day') IS 
 INSERT INTO public.claimed_log VALUES ('after-swap');
 }),
 	"t|t",
-	'a fresh backend claims and sets windows with the look-alike first on its path');
+	'a fresh backend claims and sets windows with the look-alike first on its path'
+);
 
 cmp_ok($claims_during_swaps, '>', 0,
 	"pgbench committed $claims_during_swaps claims during $swaps swaps");
 is($node->safe_psql('postgres', 'SELECT count(*) FROM public.trap_ran'),
 	'0', 'no trigger of the look-alike ever ran');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM app.processed_messages'),
-	'0', 'no claim landed in the look-alike processed_messages');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM app.dedup_retention'),
-	'0', 'no window landed in the look-alike dedup_retention');
+is( $node->safe_psql(
+		'postgres', 'SELECT count(*) FROM app.processed_messages'),
+	'0',
+	'no claim landed in the look-alike processed_messages');
+is( $node->safe_psql('postgres', 'SELECT count(*) FROM app.dedup_retention'),
+	'0',
+	'no window landed in the look-alike dedup_retention');
 is( $node->safe_psql(
 		'postgres', q{
 SELECT count(*) FROM claimed_log l
@@ -169,7 +180,8 @@ SELECT count(*) FROM claimed_log l
 	'every committed claim is in the real processed_messages');
 is( $node->safe_psql(
 		'postgres',
-		q{SELECT retention FROM app_real.dedup_retention WHERE consumer_name = 'svc'}),
+		q{SELECT retention FROM app_real.dedup_retention WHERE consumer_name = 'svc'}
+	),
 	'1 day',
 	'windows were written to the real dedup_retention');
 

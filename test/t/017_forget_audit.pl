@@ -21,8 +21,10 @@ use Test::More;
 
 # only dedup's own lines: the statements, which log_statement would write
 # too, hold the hostile text below
-my $node = DedupNode->create('forget', preload => 0,
-	conf => { log_statement => 'none' });
+my $node = DedupNode->create(
+	'forget',
+	preload => 0,
+	conf    => { log_statement => 'none' });
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dedup;
@@ -45,35 +47,45 @@ SELECT dedup_forget('payments', 'pay-1'), dedup_forget('payments', 'never'),
 	   dedup_retire_consumer('old-service');
 }),
 	't|f|2|1',
-	'a role with EXECUTE only forgets a record, the records since a time and a consumer');
+	'a role with EXECUTE only forgets a record, the records since a time and a consumer'
+);
 my $log = $node->log_since($offset);
 my $who =
   qr/LOG:  dedup audit: role 'replayer' \(session user '\Q$session_user\E'\)/;
-like($log,
+like(
+	$log,
 	qr/$who deleted the record of message id 'pay-1' of consumer 'payments' in transaction \d+\n/,
-	'log: dedup_forget, with the roles, the message id, the consumer and the transaction');
-like($log,
+	'log: dedup_forget, with the roles, the message id, the consumer and the transaction'
+);
+like(
+	$log,
 	qr/$who found no record of message id 'never' of consumer 'payments' to forget\n/,
 	'log: a dedup_forget that found nothing says so');
-like($log,
+like(
+	$log,
 	qr/$who deleted 2 records of consumer 'payments' claimed since -infinity in transaction \d+\n/,
 	'log: dedup_forget_since, with the count and the time');
-like($log,
+like(
+	$log,
 	qr/$who deleted 1 record of consumer 'old-service' claimed since -infinity in transaction \d+\n/,
-	'log: dedup_retire_consumer names the calling role, not the function owner');
+	'log: dedup_retire_consumer names the calling role, not the function owner'
+);
 is($node->safe_psql('postgres', 'SELECT count(*) FROM processed_messages'),
 	'0', 'every record is gone');
 
 # an application role may claim, not forget
 my ($ret, $out, $err) = $node->psql('postgres',
 	q{SET ROLE app; SELECT dedup_forget('payments', 'pay-2')});
-like($err, qr/permission denied for function dedup_forget/,
+like(
+	$err,
+	qr/permission denied for function dedup_forget/,
 	'an application role cannot forget');
 
 # A forged line: a message id that closes the quotes and blames another
 # consumer, then starts log lines of its own, with quotes, backslashes and
 # control characters.
-my $hostile = q{'pay-1" of consumer "test-sandbox" (no such record)' || chr(10) ||
+my $hostile =
+  q{'pay-1" of consumer "test-sandbox" (no such record)' || chr(10) ||
 	'2026-12-04 17:00:00.000 UTC [1] LOG:  dedup audit: role ''x'' (session user ''x'') found no record of message id ''y'' of consumer ''test-sandbox'' to forget'
 	|| chr(13) || chr(10) || 'FORGED' || chr(92) || chr(9) || '''' || chr(1)
 	|| chr(127) || chr(27) || '[2J' || chr(92) || 'n' || chr(92) || ''''};
@@ -82,14 +94,18 @@ $node->safe_psql('postgres',
 );
 $offset = -s $node->logfile;
 is( $node->safe_psql(
-		'postgres', "SET ROLE replayer; SELECT dedup_forget('payments', $hostile)"),
+		'postgres',
+		"SET ROLE replayer; SELECT dedup_forget('payments', $hostile)"),
 	't',
 	'a hostile message id is forgotten');
 $log = $node->log_since($offset);
 my @audit = grep { /dedup audit:/ } split /\n/, $log;
 is(scalar @audit, 1, 'one audit line for the hostile id') or diag $log;
+
 # (the stderr log indents the lines after a line break in a message)
-unlike($log, qr/^\s*(?:2026-12-04 17:00:00\.000|FORGED)/m,
+unlike(
+	$log,
+	qr/^\s*(?:2026-12-04 17:00:00\.000|FORGED)/m,
 	'no log line begins with the injected text');
 my $literal = qr/E?'(?:[^']|'')*'/;
 my ($id_literal) = $audit[0] =~

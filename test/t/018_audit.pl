@@ -33,8 +33,8 @@ CREATE ROLE app;
 GRANT EXECUTE ON FUNCTION dedup_claim(text, text) TO app;
 });
 my $session_user = $node->safe_psql('postgres', 'SELECT session_user');
-my $audit = 'LOG:  dedup audit: role';
-my $ops = qr/\Q$audit\E 'ops' \(session user '\Q$session_user\E'\)/;
+my $audit        = 'LOG:  dedup audit: role';
+my $ops          = qr/\Q$audit\E 'ops' \(session user '\Q$session_user\E'\)/;
 my $su =
   qr/\Q$audit\E '\Q$session_user\E' \(session user '\Q$session_user\E'\)/;
 
@@ -59,22 +59,27 @@ SELECT dedup_keep_forever('ledger');
 SELECT dedup_sweep('ledger');
 }),
 	"\n2\n\n0",
-	'a maintenance role sweeps a keep-forever consumer through a tiny window');
+	'a maintenance role sweeps a keep-forever consumer through a tiny window'
+);
 my $log = $node->log_since($offset);
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'ledger' from dedup\.retention \(the default\) to forever in transaction \d+\n/,
 	'log: dedup_keep_forever of a consumer on the default');
-like($log,
+like(
+	$log,
 	qr/$ops changed the retention window of consumer 'ledger' from forever to interval '00:00:00\.000001' in transaction \d+\n/,
 	'log: dedup_set_retention, old and new window, the calling role');
-like($log,
+like(
+	$log,
 	qr/$ops swept 2 expired records of consumer 'ledger' claimed before [^\n]+ in transaction \d+\n/,
 	'log: dedup_sweep, with the rows deleted');
-like($log,
+like(
+	$log,
 	qr/$ops changed the retention window of consumer 'ledger' from interval '00:00:00\.000001' to forever in transaction \d+\n/,
 	'log: dedup_keep_forever back');
-is($node->log_count($offset, qr/\Q$audit\E/), 4,
-	'three window changes and one sweep that deleted something');
+is($node->log_count($offset, qr/\Q$audit\E/),
+	4, 'three window changes and one sweep that deleted something');
 
 # every other path: reset, retire, a superuser's own statements, a rename
 $offset = -s $node->logfile;
@@ -91,22 +96,28 @@ UPDATE dedup_retention SET consumer_name = 'renamed';
 DELETE FROM dedup_retention;
 });
 $log = $node->log_since($offset);
-like($log,
+like(
+	$log,
 	qr/$ops changed the retention window of consumer 'svc' from interval '2 days' to dedup\.retention \(the default\) in transaction \d+\n/,
 	'log: dedup_reset_retention');
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'ledger' from forever to dedup\.retention \(the default\) in transaction \d+\n/,
 	'log: dedup_retire_consumer');
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'direct' from dedup\.retention \(the default\) to interval '01:00:00' in transaction \d+\n/,
 	'log: a direct INSERT');
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'direct' from interval '01:00:00' to forever in transaction \d+\n/,
 	'log: a direct UPDATE');
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'direct' from forever to dedup\.retention \(the default\) in transaction \d+\n[^\n]*$su changed the retention window of consumer 'renamed' from dedup\.retention \(the default\) to forever in transaction \d+\n/,
 	'log: a rename is one consumer back on the default and another off it');
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'renamed' from forever to dedup\.retention \(the default\) in transaction \d+\n/,
 	'log: a direct DELETE');
 
@@ -119,13 +130,16 @@ INSERT INTO dedup_retention VALUES ('replica', '5 minutes'), ('replica-2', NULL)
 TRUNCATE dedup_retention;
 });
 $log = $node->log_since($offset);
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'replica' from dedup\.retention \(the default\) to interval '00:05:00' in transaction \d+\n/,
 	'log: an INSERT with session_replication_role = replica');
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'replica' from interval '00:05:00' to dedup\.retention \(the default\) in transaction \d+\n/,
 	'log: TRUNCATE, each window it removes');
-like($log,
+like(
+	$log,
 	qr/$su changed the retention window of consumer 'replica-2' from forever to dedup\.retention \(the default\) in transaction \d+\n/,
 	'log: TRUNCATE of a keep-forever window');
 
@@ -149,7 +163,8 @@ CREATE TRIGGER t AFTER INSERT ON look_alike
 	FOR EACH ROW EXECUTE FUNCTION dedup_retention_audit();
 INSERT INTO look_alike VALUES ('x', '1 day');
 });
-like($err,
+like(
+	$err,
 	qr/ERROR:  function dedup_retention_audit can only be a trigger of table dedup_retention of extension "dedup"/,
 	'the trigger function refuses another table');
 ($ret, $out, $err) = $node->psql(
@@ -158,7 +173,8 @@ CREATE TRIGGER t BEFORE INSERT ON dedup_retention
 	FOR EACH ROW EXECUTE FUNCTION dedup_retention_audit();
 INSERT INTO dedup_retention VALUES ('x', '1 day');
 });
-like($err,
+like(
+	$err,
 	qr/ERROR:  function dedup_retention_audit must be fired AFTER each row or BEFORE TRUNCATE/,
 	'the trigger function refuses to be a BEFORE row trigger');
 ($ret, $out, $err) = $node->psql('postgres',

@@ -39,24 +39,25 @@ my $table_file = "$FindBin::Bin/../entry_points.tsv";
 my @roles = qw(application monitoring maintenance owner connect superuser);
 my %login = (
 	application => 'gate_app',
-	monitoring => 'gate_monitor',
+	monitoring  => 'gate_monitor',
 	maintenance => 'gate_ops',
-	owner => 'gate_owner',
-	connect => 'gate_connect',
-	superuser => 'gate_super');
+	owner       => 'gate_owner',
+	connect     => 'gate_connect',
+	superuser   => 'gate_super');
 my %actions = (
 	function => ['EXECUTE'],
-	view => [qw(SELECT INSERT UPDATE DELETE)],
-	table => [qw(SELECT INSERT UPDATE DELETE TRUNCATE)],
-	type => ['USAGE'],
-	setting => [ 'SET', 'ALTER ROLE SET', 'ALTER DATABASE SET' ]);
-my $db = 'gate';
+	view     => [qw(SELECT INSERT UPDATE DELETE)],
+	table    => [qw(SELECT INSERT UPDATE DELETE TRUNCATE)],
+	type     => ['USAGE'],
+	setting  => [ 'SET', 'ALTER ROLE SET', 'ALTER DATABASE SET' ]);
+my $db     = 'gate';
 my $schema = 'dedup';
 
 my $node = DedupNode->create('gate', sweeps => 'off');
 
 # the roles, as README "Security" makes them
-$node->safe_psql('postgres', qq{
+$node->safe_psql(
+	'postgres', qq{
 CREATE ROLE gate_super LOGIN SUPERUSER;
 CREATE ROLE gate_owner LOGIN;
 CREATE ROLE gate_app LOGIN;
@@ -65,11 +66,13 @@ CREATE ROLE gate_ops LOGIN;
 CREATE ROLE gate_connect LOGIN;
 CREATE DATABASE $db OWNER gate_owner;
 });
+
 # the claim functions as README "Let the application claim", "A whole
 # batch", "Catch a reused id", "Operating positions" and "Records colocated
 # with the business rows" grant them, and dedup_publish as doc/outbox.md
 # does; "Maintenance roles" for ops
-$node->safe_psql($db, qq{
+$node->safe_psql(
+	$db, qq{
 SET ROLE gate_super;
 CREATE SCHEMA $schema;
 CREATE EXTENSION dedup SCHEMA $schema;
@@ -128,7 +131,8 @@ is(join("\n", @table_problems), '', 'test/entry_points.tsv is well formed');
 
 # --- the members, from the catalog ---
 
-my $members = $node->safe_psql($db, qq{
+my $members = $node->safe_psql(
+	$db, qq{
 SET search_path = $schema, pg_catalog;
 SELECT CASE
 		 WHEN d.classid = 'pg_proc'::regclass THEN 'function'
@@ -178,11 +182,13 @@ for my $m (@members)
 		}
 	}
 }
+
 # rows of no member, or of an action the member's kind does not have
 my @gone = grep {
 	my $r = $_;
 	!$member_seen{"$r->{kind}\t$r->{member}"}
-	  || !grep { $_ eq $r->{action} } @{ $actions{ $r->{kind} } // ['-'] }
+	  || !grep { $_ eq $r->{action} }
+	  @{ $actions{ $r->{kind} } // ['-'] }
 } @rows;
 
 # --- the statements ---
@@ -197,8 +203,8 @@ sub quote_literal
 my %setting_value = map { split /\|/, $_, 2 } split /\n/,
   $node->safe_psql($db,
 	q{SELECT name, setting FROM pg_settings WHERE name LIKE 'dedup.%'});
-my %first_column = map { split /\|/, $_, 2 } split /\n/,
-  $node->safe_psql($db, qq{
+my %first_column = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql(
+	$db, qq{
 SELECT c.relname, quote_ident(a.attname)
   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
  WHERE c.relnamespace = '$schema'::regnamespace AND a.attnum = 1});
@@ -213,7 +219,8 @@ sub statement
 		(my $sample = $p->{sample}) =~ s/\@extschema\@/$schema/g;
 		return $sample;
 	}
-	my $rel = "$schema." . ($member =~ /^[a-z_][a-z0-9_]*$/ ? $member : qq{"$member"});
+	my $rel = "$schema."
+	  . ($member =~ /^[a-z_][a-z0-9_]*$/ ? $member : qq{"$member"});
 	if ($kind eq 'table' || $kind eq 'view')
 	{
 		return {
@@ -221,7 +228,7 @@ sub statement
 			INSERT => "INSERT INTO $rel SELECT WHERE false",
 			UPDATE =>
 			  "UPDATE $rel SET $first_column{$member} = DEFAULT WHERE false",
-			DELETE => "DELETE FROM $rel WHERE false",
+			DELETE   => "DELETE FROM $rel WHERE false",
 			TRUNCATE => "TRUNCATE $rel",
 		}->{$action};
 	}
@@ -231,8 +238,9 @@ sub statement
 	{
 		my $value = quote_literal($setting_value{$member});
 		return {
-			'SET' => "SET $member = $value",
-			'ALTER ROLE SET' => "ALTER ROLE CURRENT_USER SET $member = $value",
+			'SET'            => "SET $member = $value",
+			'ALTER ROLE SET' =>
+			  "ALTER ROLE CURRENT_USER SET $member = $value",
 			'ALTER DATABASE SET' => "ALTER DATABASE $db SET $member = $value",
 		}->{$action};
 	}
@@ -245,17 +253,17 @@ sub verdict
 	my ($kind, $sqlstate) = @_;
 	return undef unless defined $sqlstate;
 	return 'allowed' if $sqlstate eq '00000';
-	return 'denied' if $sqlstate eq '42501';
-	return undef if $sqlstate =~ /^(42|25P02|55P03|57014|XX|08)/;
+	return 'denied'  if $sqlstate eq '42501';
+	return undef     if $sqlstate =~ /^(42|25P02|55P03|57014|XX|08)/;
 	return 'allowed' if $kind eq 'function';
-	return 'denied' if $sqlstate =~ /^(55P02|55000)$/;
+	return 'denied'  if $sqlstate =~ /^(55P02|55000)$/;
 	return undef;
 }
 
 # --- every entry point as every role ---
 
 my @checked = grep { defined statement($_) } @points;
-my %outcome;    # role => [ [sqlstate, message], ... ] in the order of @checked
+my %outcome;   # role => [ [sqlstate, message], ... ] in the order of @checked
 for my $role (@roles)
 {
 	my $script = "SET lock_timeout = '10s';\nSET statement_timeout = '60s';\n"
@@ -263,12 +271,14 @@ for my $role (@roles)
 	for my $i (0 .. $#checked)
 	{
 		my $sql = statement($checked[$i]);
-		$script .= "BEGIN;\n$sql;\n\\if :ERROR\n"
+		$script .=
+			"BEGIN;\n$sql;\n\\if :ERROR\n"
 		  . "\\echo gate-check $i :SQLSTATE :LAST_ERROR_MESSAGE\n"
 		  . "\\else\n\\echo gate-check $i 00000\n\\endif\nROLLBACK;\n";
 	}
-	my ($ret, $out, $err) = $node->psql($db, $script,
-		extra_params => [ '-U', $login{$role} ],
+	my ($ret, $out, $err) = $node->psql(
+		$db, $script,
+		extra_params  => [ '-U', $login{$role} ],
 		on_error_stop => 0);
 	my @got;
 	for my $line (split /\n/, $out)
@@ -276,8 +286,8 @@ for my $role (@roles)
 		$got[$1] = [ $2, $3 // '' ]
 		  if $line =~ /^gate-check (\d+) (\w{5})(?: (.*))?$/;
 	}
-	is(scalar(grep { defined } @got), scalar(@checked),
-		"every entry point was run as $role");
+	is(scalar(grep { defined } @got),
+		scalar(@checked), "every entry point was run as $role");
 	$outcome{$role} = \@got;
 }
 
@@ -288,12 +298,13 @@ for my $i (0 .. $#checked)
 	my (@wrong, @got, @seen);
 	for my $role (@roles)
 	{
-		my ($sqlstate, $message) = @{ $outcome{$role}[$i] // [ undef, 'not run' ] };
+		my ($sqlstate, $message) =
+		  @{ $outcome{$role}[$i] // [ undef, 'not run' ] };
 		my $v = verdict($p->{kind}, $sqlstate);
-		my $said = ($sqlstate // 'nothing')
-		  . ($message ne '' ? " ($message)" : '');
+		my $said =
+		  ($sqlstate // 'nothing') . ($message ne '' ? " ($message)" : '');
 		push @seen, "$role $said";
-		push @got, $v // 'broken';
+		push @got,  $v // 'broken';
 		push @wrong,
 		  defined $v
 		  ? "as $role: expected $p->{$role}, got $v: $said"
@@ -301,15 +312,18 @@ for my $i (0 .. $#checked)
 		  . " raises: fix the row's sample"
 		  if !defined $v || $v ne $p->{$role};
 	}
-	note("$p->{kind} $p->{member} $p->{action}: " . statement($p) . "\n  "
+	note(   "$p->{kind} $p->{member} $p->{action}: "
+		  . statement($p) . "\n  "
 		  . join("\n  ", @seen));
-	$measured .= join("\t", @$p{qw(kind member action)}, @got, $p->{sample}) . "\n";
+	$measured .=
+	  join("\t", @$p{qw(kind member action)}, @got, $p->{sample}) . "\n";
 	ok(!@wrong,
-		"test/entry_points.tsv line $p->{line}: $p->{kind} $p->{member} $p->{action}")
-	  or diag(join("\n", "statement: " . statement($p), @wrong));
+		"test/entry_points.tsv line $p->{line}: $p->{kind} $p->{member} $p->{action}"
+	) or diag(join("\n", "statement: " . statement($p), @wrong));
 }
 PostgreSQL::Test::Utils::append_to_file(
-	"$PostgreSQL::Test::Utils::tmp_check/entry_points.measured.tsv", $measured);
+	"$PostgreSQL::Test::Utils::tmp_check/entry_points.measured.tsv",
+	$measured);
 
 # --- what the table lacks, and what it names that is gone ---
 
@@ -321,49 +335,66 @@ sub template
 	my @cells;
 	if ($kind eq 'function')
 	{
-		my $args = $node->safe_psql($db, qq{
+		my $args = $node->safe_psql(
+			$db, qq{
 SELECT string_agg('NULL::' || format_type(t, NULL), ', ' ORDER BY i)
   FROM pg_proc p, unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)
  WHERE p.oid = '$schema.$member'::regprocedure});
 		(my $name = $member) =~ s/\(.*//;
 		@cells = map { $_ eq 't' ? 'allowed' : 'denied' } split /\|/,
-		  $node->safe_psql($db, "SELECT " . join(', ',
-			map { "has_function_privilege('$login{$_}', '$schema.$member', 'EXECUTE')" } @roles));
-		return join("\t", $kind, $member, $action, @cells,
+		  $node->safe_psql(
+			$db,
+			"SELECT " . join(
+				', ',
+				map {
+					"has_function_privilege('$login{$_}', '$schema.$member', 'EXECUTE')"
+				} @roles));
+		return join("\t",
+			$kind, $member, $action, @cells,
 			"SELECT \@extschema\@.$name($args)");
 	}
 	return join("\t", $kind, $member, $action, ('-') x @roles, '-')
 	  unless $actions{$kind};
 	my $granted =
-	    $kind eq 'type' ? "has_type_privilege(%s, '$schema.$member', 'USAGE')"
-	  : $kind eq 'setting' ? "(SELECT context = 'user' OR (context = 'superuser' AND %s = 'gate_super') FROM pg_settings WHERE name = '$member')"
-	  :                      "has_table_privilege(%s, '$schema.$member', '$action')";
+		$kind eq 'type' ? "has_type_privilege(%s, '$schema.$member', 'USAGE')"
+	  : $kind eq 'setting'
+	  ? "(SELECT context = 'user' OR (context = 'superuser' AND %s = 'gate_super') FROM pg_settings WHERE name = '$member')"
+	  : "has_table_privilege(%s, '$schema.$member', '$action')";
 	@cells = map { $_ eq 't' ? 'allowed' : 'denied' } split /\|/,
-	  $node->safe_psql($db, "SELECT " . join(', ',
-		map { sprintf($granted, "'$login{$_}'") } @roles));
+	  $node->safe_psql(
+		$db,
+		"SELECT "
+		  . join(', ', map { sprintf($granted, "'$login{$_}'") } @roles));
 	return join("\t", $kind, $member, $action, @cells, '-');
 }
 
 ok(!@missing,
 	'every member of the extension and every dedup.* setting has its rows in test/entry_points.tsv'
-) or diag(
+  )
+  or diag(
 	"Add these rows to test/entry_points.tsv (the outcomes are what the catalog "
 	  . "grants today: check each against README \"Security\", and give a "
 	  . "function a sample with harmless arguments):\n"
 	  . join("\n", map { template($_) } @missing));
 ok(!@gone,
 	'every row of test/entry_points.tsv names a member of the extension or a setting, and an action of its kind'
-) or diag("Remove these rows from test/entry_points.tsv, or fix their member or action:\n"
+  )
+  or diag(
+	"Remove these rows from test/entry_points.tsv, or fix their member or action:\n"
 	  . join("\n",
-		map { "line $_->{line}: $_->{kind}\t$_->{member}\t$_->{action}" } @gone));
+		map { "line $_->{line}: $_->{kind}\t$_->{member}\t$_->{action}" }
+		  @gone));
 
 my %kinds;
 $kinds{ $_->[0] }++ for @members;
-diag(sprintf(
-	'entry points: %d members (%s), %d rows (member x action), '
-	  . '%d roles: %d checks',
-	scalar(@members),
-	join(', ', map { "$_ $kinds{$_}" } sort keys %kinds),
-	scalar(@checked), scalar(@roles), scalar(@checked) * scalar(@roles)));
+diag(
+	sprintf(
+		'entry points: %d members (%s), %d rows (member x action), '
+		  . '%d roles: %d checks',
+		scalar(@members),
+		join(', ', map { "$_ $kinds{$_}" } sort keys %kinds),
+		scalar(@checked),
+		scalar(@roles),
+		scalar(@checked) * scalar(@roles)));
 
 done_testing();

@@ -25,37 +25,43 @@ use Time::HiRes qw(time);
 my $node = DedupNode->create(
 	'primary',
 	sweeps => 'on request',
-	init => { allows_streaming => 1 },
-	conf => {
-		shared_buffers => '32MB',
-		max_connections => 20,
+	init   => { allows_streaming => 1 },
+	conf   => {
+		shared_buffers      => '32MB',
+		max_connections     => 20,
 		restart_after_crash => 'on',
 	});
 $node->safe_psql('postgres', 'CREATE EXTENSION dedup');
 
 # the claims add_expired() leaves out of a window of an hour
-my $L = DedupNode::LATEST_CLAIM;
+my $L       = DedupNode::LATEST_CLAIM;
 my $expired = "processed_at < $L - interval '1 hour'";
 
 # ===========================================================================
 # 1. the launcher in pg_stat_activity
 # ===========================================================================
 
-# 18 and later report the module's name and version
+# 18 and later report the module's name and version: the current version,
+# dedup.control's default_version
 SKIP:
 {
 	skip 'pg_get_loaded_modules() is new in PostgreSQL 18', 1
 	  if $node->pg_version < 18;
+	my ($current) =
+	  slurp_file("$FindBin::Bin/../../dedup.control") =~
+	  /^default_version\s*=\s*'([^']+)'/m;
 	is( $node->safe_psql(
 			'postgres', q{
 SELECT module_name || ' ' || version FROM pg_get_loaded_modules()
  WHERE file_name = 'dedup.so'}),
-		'dedup 1.3',
-		'PG 18: the loaded module reports its name and version (PG_MODULE_MAGIC_EXT)');
+		"dedup $current",
+		'PG 18: the loaded module reports its name and version (PG_MODULE_MAGIC_EXT)'
+	);
 }
 
 # 17 and later name the wait; before, an extension's waits are all "Extension"
-my $launcher_wait = $node->pg_version >= 17 ? 'DedupLauncherMain' : 'Extension';
+my $launcher_wait =
+  $node->pg_version >= 17 ? 'DedupLauncherMain' : 'Extension';
 ok( $node->poll_query_until(
 		'postgres', qq{
 SELECT count(*) = 1 FROM pg_stat_activity
@@ -63,15 +69,17 @@ SELECT count(*) = 1 FROM pg_stat_activity
    AND wait_event_type = 'Extension' AND wait_event = '$launcher_wait'
    AND datname IS NULL}
 	),
-	"the launcher is in pg_stat_activity, waiting ($launcher_wait), in no database");
+	"the launcher is in pg_stat_activity, waiting ($launcher_wait), in no database"
+);
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dedup sweeper launcher'}
 	),
 	'1',
 	'exactly one launcher');
-is($node->safe_psql('postgres', 'SELECT sweeper_running FROM dedup_sweeper'),
-	't', 'the view says the sweeper runs');
+is( $node->safe_psql('postgres', 'SELECT sweeper_running FROM dedup_sweeper'),
+	't',
+	'the view says the sweeper runs');
 
 # ===========================================================================
 # 2. SIGTERM and SIGKILL of the launcher
@@ -79,42 +87,59 @@ is($node->safe_psql('postgres', 'SELECT sweeper_running FROM dedup_sweeper'),
 
 {
 	my $offset = -s $node->logfile;
-	my $old = $node->launcher_pid;
+	my $old    = $node->launcher_pid;
+
 	# a session that a crash restart would kill
-	my $bystander = $node->background_psql('postgres');
+	my $bystander     = $node->background_psql('postgres');
 	my $bystander_pid = $bystander->query_safe('SELECT pg_backend_pid()');
 
 	my $t0 = time;
 	is($node->safe_psql('postgres', "SELECT pg_terminate_backend($old)"),
 		't', 'SIGTERM sent to the launcher');
 	ok( $node->poll_query_until(
-			'postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $old"),
+			'postgres',
+			"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $old"),
 		'SIGTERM: the launcher exits');
 	my $exit_time = time - $t0;
 	cmp_ok($exit_time, '<', 10,
-		'SIGTERM: the launcher exits promptly, not after its hour of sleep (within bgw_restart_time, 10 s)');
-	is($node->safe_psql('postgres', 'SELECT sweeper_running, dedup_sweeper_wake() FROM dedup_sweeper'),
-		'f|f', 'SIGTERM: while it is gone, the view and dedup_sweeper_wake() say so');
+		'SIGTERM: the launcher exits promptly, not after its hour of sleep (within bgw_restart_time, 10 s)'
+	);
+	is( $node->safe_psql(
+			'postgres',
+			'SELECT sweeper_running, dedup_sweeper_wake() FROM dedup_sweeper'
+		),
+		'f|f',
+		'SIGTERM: while it is gone, the view and dedup_sweeper_wake() say so'
+	);
 
 	# claims made while no launcher runs are swept by the next one
 	$node->add_expired('postgres', 'c4', 302);
-	ok($node->wait_launcher($old), 'SIGTERM: the postmaster starts a new launcher');
+	ok($node->wait_launcher($old),
+		'SIGTERM: the postmaster starts a new launcher');
 	my $restart_time = time - $t0;
 	note sprintf('launcher back after %.1f s', $restart_time);
 	cmp_ok($restart_time, '>=', 9,
 		'SIGTERM: the new launcher waited for bgw_restart_time (10 s)');
 	cmp_ok($restart_time, '<', 30, 'SIGTERM: ... and not much longer');
-	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM processed_messages WHERE consumer_name = 'c4' AND $expired"),
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT count(*) = 0 FROM processed_messages WHERE consumer_name = 'c4' AND $expired"
+		),
 		'SIGTERM: the new launcher sweeps what expired meanwhile');
+
 	# and it answers wake-ups
 	$node->add_expired('postgres', 'c4b', 302);
 	is($node->safe_psql('postgres', 'SELECT dedup_sweeper_wake()'),
 		't', 'SIGTERM: dedup_sweeper_wake() reaches the new launcher');
-	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM processed_messages WHERE consumer_name = 'c4b' AND $expired"),
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT count(*) = 0 FROM processed_messages WHERE consumer_name = 'c4b' AND $expired"
+		),
 		'SIGTERM: a wake-up makes the new launcher sweep');
 	is( $node->safe_psql(
 			'postgres',
-			q{SELECT count(*) FROM processed_messages WHERE consumer_name IN ('c4', 'c4b')}),
+			q{SELECT count(*) FROM processed_messages WHERE consumer_name IN ('c4', 'c4b')}
+		),
 		'4',
 		'SIGTERM: the claims in the window are kept');
 
@@ -123,10 +148,13 @@ is($node->safe_psql('postgres', 'SELECT sweeper_running FROM dedup_sweeper'),
 		'SIGTERM: no crash restart (another session lives on)');
 	$bystander->quit;
 	my $log = $node->log_since($offset);
-	like($log,
+	like(
+		$log,
 		qr/FATAL:  terminating background worker "dedup sweeper launcher" due to administrator command/,
 		'SIGTERM: the launcher logs why it exits');
-	unlike($log, qr/terminating any other active server processes/,
+	unlike(
+		$log,
+		qr/terminating any other active server processes/,
 		'SIGTERM: the postmaster does not reinitialize');
 	my $starts = () = $log =~ /dedup sweeper launcher started/g;
 	is($starts, 1, 'SIGTERM: exactly one new launcher started');
@@ -135,16 +163,18 @@ is($node->safe_psql('postgres', 'SELECT sweeper_running FROM dedup_sweeper'),
 {
 	$node->safe_psql('postgres', q{SELECT dedup_claim('c4', 'before-crash')});
 	my $offset = -s $node->logfile;
-	my $old = $node->launcher_pid;
+	my $old    = $node->launcher_pid;
 	is(kill('KILL', $old), 1, 'SIGKILL sent to the launcher');
 	ok( $node->wait_log_count(
 			$offset,
 			qr/background worker "dedup sweeper launcher" \(PID $old\) was terminated by signal 9/,
 			1),
 		'SIGKILL: the postmaster notices');
-	ok($node->wait_log_count($offset, qr/all server processes terminated; reinitializing/, 1),
+	ok( $node->wait_log_count(
+			$offset, qr/all server processes terminated; reinitializing/, 1),
 		'SIGKILL: the postmaster restarts the cluster');
-	ok($node->wait_launcher($old), 'SIGKILL: after the crash restart the launcher is back');
+	ok($node->wait_launcher($old),
+		'SIGKILL: after the crash restart the launcher is back');
 	is( $node->safe_psql(
 			'postgres',
 			q{SELECT dedup_claim('c4', 'before-crash'), dedup_claim('c4', 'after-crash')}
@@ -153,11 +183,15 @@ is($node->safe_psql('postgres', 'SELECT sweeper_running FROM dedup_sweeper'),
 		'SIGKILL: a claim committed before the crash is still a duplicate');
 	$node->add_expired('postgres', 'c4c', 302);
 	$node->safe_psql('postgres', 'SELECT dedup_sweeper_wake()');
-	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM processed_messages WHERE consumer_name = 'c4c' AND $expired"),
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT count(*) = 0 FROM processed_messages WHERE consumer_name = 'c4c' AND $expired"
+		),
 		'SIGKILL: the launcher sweeps after the crash restart');
 	ok( $node->poll_query_until(
 			'postgres',
-			q{SELECT last_sweep_outcome = 'done' AND last_error IS NULL FROM dedup_sweeper}),
+			q{SELECT last_sweep_outcome = 'done' AND last_error IS NULL FROM dedup_sweeper}
+		),
 		'SIGKILL: the view shows a clean sweep');
 }
 
@@ -176,11 +210,13 @@ is($standby->count_of('postgres', 'c5', $expired),
 	'200', 'standby: the expired claims are replicated');
 is( $standby->safe_psql(
 		'postgres',
-		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'dedup%'}),
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'dedup%'}
+	),
 	'0',
 	'standby: no launcher, no sweeper');
 is( $standby->safe_psql(
-		'postgres', 'SELECT sweeper_running, dedup_sweeper_wake() FROM dedup_sweeper'),
+		'postgres',
+		'SELECT sweeper_running, dedup_sweeper_wake() FROM dedup_sweeper'),
 	'f|f',
 	'standby: the view and dedup_sweeper_wake() say no sweeper runs');
 {
@@ -203,7 +239,9 @@ $node->wait_for_catchup($standby);
 is($standby->count_of('postgres', 'c5', $expired),
 	'0', 'standby: the sweep is replicated');
 is( $standby->safe_psql(
-		'postgres', q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'c5'}),
+		'postgres',
+		q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'c5'}
+	),
 	'2',
 	'standby: the claims in the window are replicated and kept');
 
@@ -215,11 +253,14 @@ is($standby->count_of('postgres', 'c5b', $expired),
 	'100', 'standby: more expired claims are replicated');
 is( $standby->safe_psql(
 		'postgres',
-		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'dedup%'}),
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'dedup%'}
+	),
 	'0',
 	'standby: still no dedup process');
-unlike(slurp_file($standby->logfile),
-	qr/dedup sweeper launcher started/, 'standby: no launcher ever started');
+unlike(
+	slurp_file($standby->logfile),
+	qr/dedup sweeper launcher started/,
+	'standby: no launcher ever started');
 
 $standby->promote;
 ok( $standby->poll_query_until(
@@ -236,11 +277,14 @@ SELECT last_sweep_outcome = 'done' AND total_rows_deleted = 100 AND sweeper_runn
 is($standby->count_of('postgres', 'c5b', $expired),
 	'0', 'promoted: no expired claim left');
 is( $standby->safe_psql(
-		'postgres', q{SELECT dedup_claim('c5b', 'm0'), dedup_claim('c5b', 'new')}),
+		'postgres',
+		q{SELECT dedup_claim('c5b', 'm0'), dedup_claim('c5b', 'new')}),
 	'f|t',
 	'promoted: claims work, the latest claim is kept');
-is($node->count_of('postgres', 'c5b', $expired),
-	'100', 'old primary: its claims were not swept there (the promoted node swept itself)');
+is( $node->count_of('postgres', 'c5b', $expired),
+	'100',
+	'old primary: its claims were not swept there (the promoted node swept itself)'
+);
 
 $standby->stop;
 $node->stop;

@@ -32,9 +32,10 @@ use Test::More;
 my $node = DedupNode->create(
 	'prepared',
 	sweeps => 'every second',
-	conf => { max_prepared_transactions => 2 });
+	conf   => { max_prepared_transactions => 2 });
 $node->safe_psql('postgres', "CREATE DATABASE $_")
   for qw(ref plain pdb rb rs);
+
 # ref has dedup: its sweeps, one every second, are the launcher's clock
 $node->safe_psql('ref', 'CREATE EXTENSION dedup');
 
@@ -68,7 +69,8 @@ sub swept_by_itself
 	my ($db) = @_;
 	$node->add_expired($db, 'c', 4);
 	ok( $node->poll_query_until(
-			$db, q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'c'},
+			$db,
+			q{SELECT count(*) FROM processed_messages WHERE consumer_name = 'c'},
 			'2'),
 		"$db: expired claims swept after COMMIT PREPARED, no dedup_sweeper_wake() by hand"
 	);
@@ -86,6 +88,7 @@ passes(-s $node->logfile, 2, 'the launcher has passed twice since');
 note('1. COMMIT PREPARED');
 
 prepare_create_extension('pdb', 'pdb_ext');
+
 # COMMIT PREPARED must run in the database of the transaction, but in
 # another session: none of dedup's code runs in it
 $node->safe_psql('pdb', q{COMMIT PREPARED 'pdb_ext'});
@@ -97,27 +100,31 @@ note('2. ROLLBACK PREPARED');
 prepare_create_extension('rb', 'rb_ext');
 $node->safe_psql('rb', q{ROLLBACK PREPARED 'rb_ext'});
 my $rolled_back = -s $node->logfile;
-passes($rolled_back, 3, 'the launcher has passed 3 times since ROLLBACK PREPARED');
+passes($rolled_back, 3,
+	'the launcher has passed 3 times since ROLLBACK PREPARED');
 my $after = -s $node->logfile;
 passes($after, 4, 'and 4 more times');
-ok($node->sweeper_starts($rolled_back, 'rb') <= 1,
+ok( $node->sweeper_starts($rolled_back, 'rb') <= 1,
 	'after ROLLBACK PREPARED, rb was probed at most once more');
-is($node->sweeper_starts($after, 'rb'), 0, 'then not at all: the probing has stopped');
-is($node->safe_psql('rb', q{SELECT count(*) FROM pg_extension WHERE extname = 'dedup'}),
-	'0', 'rb has no dedup');
+is($node->sweeper_starts($after, 'rb'),
+	0, 'then not at all: the probing has stopped');
+is( $node->safe_psql(
+		'rb', q{SELECT count(*) FROM pg_extension WHERE extname = 'dedup'}),
+	'0',
+	'rb has no dedup');
 
 ###############################################################################
 note('3. a restart between PREPARE and COMMIT PREPARED');
 
 prepare_create_extension('rs', 'rs_ext');
-is(join("\n", $node->log_problems(0)), '',
-	'no warning or error in the log before the restart');
+is(join("\n", $node->log_problems(0)),
+	'', 'no warning or error in the log before the restart');
 my $before_restart = -s $node->logfile;
 $node->restart;
 my $restarted = -s $node->logfile;
 is($node->safe_psql('rs', 'SELECT gid FROM pg_prepared_xacts'),
 	'rs_ext', 'rs: the prepared transaction survived the restart');
-ok($node->wait_sweeper_starts($restarted, 'rs', 2),
+ok( $node->wait_sweeper_starts($restarted, 'rs', 2),
 	'rs: the new launcher probes rs, and again: the prepared transaction may hold a wake-up'
 );
 $node->safe_psql('rs', q{COMMIT PREPARED 'rs_ext'});
@@ -125,13 +132,15 @@ swept_by_itself('rs');
 
 # plain, without dedup and without prepared transactions, was left alone
 passes(-s $node->logfile, 2, 'the launcher has passed twice more');
-is($node->sweeper_starts(0, 'plain'), 2,
-	'plain was probed exactly twice: by the first launcher and after the restart');
-is($node->sweeper_starts($before_restart, 'rb'), 1,
-	'rb (rolled back) was probed once after the restart');
+is( $node->sweeper_starts(0, 'plain'),
+	2,
+	'plain was probed exactly twice: by the first launcher and after the restart'
+);
+is($node->sweeper_starts($before_restart, 'rb'),
+	1, 'rb (rolled back) was probed once after the restart');
 
-is(join("\n", $node->log_problems($restarted)), '',
-	'no warning or error in the log since the restart');
+is(join("\n", $node->log_problems($restarted)),
+	'', 'no warning or error in the log since the restart');
 
 $node->stop;
 done_testing();

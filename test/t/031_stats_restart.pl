@@ -30,10 +30,13 @@ use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = DedupNode->create('stats', sweeps => 'off',
-	conf => { restart_after_crash => 'on' });
+my $node = DedupNode->create(
+	'stats',
+	sweeps => 'off',
+	conf   => { restart_after_crash => 'on' });
 
-$node->safe_psql('postgres', q{
+$node->safe_psql(
+	'postgres', q{
 CREATE EXTENSION dedup;
 SELECT dedup_claim('orders', 'o-' || g) FROM generate_series(1, 4) g;
 SELECT dedup_claim('orders', 'o-1');
@@ -46,27 +49,36 @@ my $holder = $node->background_psql('postgres');
 $holder->query_safe(q{BEGIN; SELECT dedup_claim('waits', 'w-1')});
 my ($ret, $out, $err) = $node->psql('postgres',
 	q{SET lock_timeout = '10ms'; SELECT dedup_claim('waits', 'w-1')});
-like($err, qr/canceling statement due to lock timeout/, 'a claim times out waiting');
+like(
+	$err,
+	qr/canceling statement due to lock timeout/,
+	'a claim times out waiting');
 $holder->query_safe('ROLLBACK');
 $holder->quit;
-my $times = q{SELECT string_agg(concat_ws(':', consumer, total_claim_time, max_claim_time,
+my $times =
+  q{SELECT string_agg(concat_ws(':', consumer, total_claim_time, max_claim_time,
                   total_lock_wait_time, lock_waits, serialization_failures, deadlocks,
                   lock_timeouts, cancels, other_errors), ',' ORDER BY consumer)
   FROM dedup_stats WHERE claims IS NOT NULL};
 my $times_before = $node->safe_psql('postgres', $times);
-like($times_before, qr/waits:[0-9.e-]+:[0-9.e-]+:[0-9.e-]+:1:0:0:1:0:0/,
+like(
+	$times_before,
+	qr/waits:[0-9.e-]+:[0-9.e-]+:[0-9.e-]+:1:0:0:1:0:0/,
 	'the lock timeout is counted, with its wait');
 
-my $counters = q{SELECT string_agg(consumer || ':' || claims || '/' || duplicates, ',' ORDER BY consumer)
+my $counters =
+  q{SELECT string_agg(consumer || ':' || claims || '/' || duplicates, ',' ORDER BY consumer)
   FROM dedup_stats WHERE claims IS NOT NULL};
-is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/1,waits:1/0',
+is( $node->safe_psql('postgres', $counters),
+	'billing:1/0,orders:4/1,waits:1/0',
 	'counters before the restart');
 my $since = $node->safe_psql('postgres',
 	q{SELECT counters_since FROM dedup_stats WHERE consumer = 'orders'});
 
 # --- clean restart -----------------------------------------------------------------
 
-my $lost_re = qr/LOG:  dedup claim counters start from zero after crash recovery/;
+my $lost_re =
+  qr/LOG:  dedup claim counters start from zero after crash recovery/;
 ok(-f $node->data_dir . '/pg_stat/dedup.live',
 	'pg_stat/dedup.live marks the counters as living in shared memory');
 $node->stop('fast');
@@ -75,28 +87,30 @@ ok(-f $node->data_dir . '/pg_stat/dedup.stat',
 ok(!-f $node->data_dir . '/pg_stat/dedup.live', '... and removes the marker');
 my $offset = -s $node->logfile;
 $node->start;
-is($node->log_count($offset, $lost_re), 0,
-	'a clean restart does not say that counters were lost');
+is($node->log_count($offset, $lost_re),
+	0, 'a clean restart does not say that counters were lost');
 ok(!-f $node->data_dir . '/pg_stat/dedup.stat',
 	'the file is removed once read, so a later crash cannot bring it back');
-is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/1,waits:1/0',
+is( $node->safe_psql('postgres', $counters),
+	'billing:1/0,orders:4/1,waits:1/0',
 	'a clean restart keeps the counters');
-is($node->safe_psql('postgres', $times), $times_before,
-	'... their times and failed claims');
+is($node->safe_psql('postgres', $times),
+	$times_before, '... their times and failed claims');
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT counters_since FROM dedup_stats WHERE consumer = 'orders'}),
 	$since,
 	'... and when they started');
 $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
-is($node->safe_psql('postgres', $counters), 'billing:1/0,orders:4/2,waits:1/0',
+is( $node->safe_psql('postgres', $counters),
+	'billing:1/0,orders:4/2,waits:1/0',
 	'counting goes on from the restored values');
 
 # a file of an older format (version 2: what 1.1 before claim times wrote,
 # with shorter entries) is not misread
 $node->stop('fast');
 my $file = $node->data_dir . '/pg_stat/dedup.stat';
-my $v2 = pack('LLQq', 0x64656475, 2, 0, 1) . ("\1" x 400);
+my $v2   = pack('LLQq', 0x64656475, 2, 0, 1) . ("\1" x 400);
 open(my $fh, '>:raw', $file) or die "could not write $file: $!";
 print $fh $v2;
 close($fh);
@@ -117,9 +131,11 @@ like(
 my $dboid = $node->safe_psql('postgres',
 	q{SELECT oid FROM pg_database WHERE datname = 'postgres'});
 my $day = 86400 * 1000000;
-my $v3 = pack('LLQq', 0x64656475, 3, 5, 1)
+my $v3 =
+	pack('LLQq', 0x64656475, 3, 5, 1)
   . pack('La257x3', $dboid, 'upgraded')
-  . pack('q8d3q3', 7, 3, 1, 0, 1, 0, 0, 0, 12.5, 4.5, 2.0, 2 * $day, 3 * $day, $day);
+  . pack('q8d3q3',
+	7, 3, 1, 0, 1, 0, 0, 0, 12.5, 4.5, 2.0, 2 * $day, 3 * $day, $day);
 $node->stop('fast');
 open($fh, '>:raw', $file) or die "could not write $file: $!";
 print $fh $v3;
@@ -134,26 +150,31 @@ my $upgraded = q{SET TimeZone = 'UTC';
 is( $node->safe_psql('postgres', $upgraded),
 	'7|3|1|1|12.5|4.5|2|2000-01-03 00:00:00+00|2000-01-04 00:00:00+00|2000-01-02 00:00:00+00',
 	'... after it is read: its counters survive the upgrade');
-is($node->safe_psql('postgres', q{SELECT dedup_counters_status()}), 'on',
-	'... and its total of claims not counted is dropped');
+is($node->safe_psql('postgres', q{SELECT dedup_counters_status()}),
+	'on', '... and its total of claims not counted is dropped');
+
 # (rolled back: the records the tests below count stay as they are)
-$node->safe_psql('postgres', q{BEGIN; SELECT dedup_claim('upgraded', 'u-1'); ROLLBACK});
-is($node->safe_psql('postgres', q{SELECT claims FROM dedup_stats WHERE consumer = 'upgraded'}),
-	'8', '... and counting goes on from them');
+$node->safe_psql('postgres',
+	q{BEGIN; SELECT dedup_claim('upgraded', 'u-1'); ROLLBACK});
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT claims FROM dedup_stats WHERE consumer = 'upgraded'}),
+	'8',
+	'... and counting goes on from them');
 
 # --- immediate shutdown ------------------------------------------------------
 
 $node->stop('immediate');
-ok(!-f $node->data_dir . '/pg_stat/dedup.stat',
+ok( !-f $node->data_dir . '/pg_stat/dedup.stat',
 	'an immediate shutdown writes no counters');
 $offset = -s $node->logfile;
 $node->start;
-is($node->safe_psql('postgres', $counters), '',
-	'after an immediate shutdown the counters start from zero');
+is($node->safe_psql('postgres', $counters),
+	'', 'after an immediate shutdown the counters start from zero');
 is($node->log_count($offset, $lost_re), 1, '... and the log says so, once');
 $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
-is($node->safe_psql('postgres', $counters), 'orders:0/1',
-	'and counting starts again');
+is($node->safe_psql('postgres', $counters),
+	'orders:0/1', 'and counting starts again');
 
 # a file that an immediate shutdown left (older versions wrote it then)
 $node->stop('fast');
@@ -165,46 +186,48 @@ $offset = -s $node->logfile;
 $node->start;
 ok(!-f $node->data_dir . '/pg_stat/dedup.stat', 'is removed at startup');
 is($node->safe_psql('postgres', $counters), '', '... unread');
-is($node->log_count($offset, $lost_re), 1, '... and the log says why');
+is($node->log_count($offset, $lost_re),     1,  '... and the log says why');
 
 # --- crash restart ------------------------------------------------------------
 
 $node->safe_psql('postgres', q{SELECT dedup_claim('billing', 'b-1')});
-is($node->safe_psql('postgres', $counters), 'billing:0/1',
-	'counters before the crash');
+is($node->safe_psql('postgres', $counters),
+	'billing:0/1', 'counters before the crash');
 
 # a backend dies by SIGKILL: the postmaster kills every other process and
 # reinitializes shared memory, as after any crash
 my $launcher = $node->launcher_pid;
 like($launcher, qr/^\d+$/, 'the launcher runs');
 my $victim = $node->background_psql('postgres');
-my $pid = $victim->query_safe('SELECT pg_backend_pid()');
+my $pid    = $victim->query_safe('SELECT pg_backend_pid()');
 $offset = -s $node->logfile;
 kill 'KILL', $pid;
+
 # the launcher too is killed and started again
 $node->wait_launcher($launcher)
   or die 'the server did not come back after the crash';
-like(slurp_file($node->logfile, $offset), qr/all server processes terminated; reinitializing/,
+like(
+	slurp_file($node->logfile, $offset),
+	qr/all server processes terminated; reinitializing/,
 	'the server went through crash recovery');
-ok($node->wait_log_count($offset, $lost_re, 1),
+ok( $node->wait_log_count($offset, $lost_re, 1),
 	'the log says that the counters start from zero');
 eval { $victim->quit };
-is($node->safe_psql('postgres', $counters), '',
-	'after a crash restart the counters start from zero');
-is( $node->safe_psql(
-		'postgres',
-		q{SELECT count(*) FROM processed_messages}),
+is($node->safe_psql('postgres', $counters),
+	'', 'after a crash restart the counters start from zero');
+is( $node->safe_psql('postgres', q{SELECT count(*) FROM processed_messages}),
 	'5',
 	'the claims themselves survive the crash');
 $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-1')});
-is($node->safe_psql('postgres', $counters), 'orders:0/1',
-	'and counting starts again');
+is($node->safe_psql('postgres', $counters),
+	'orders:0/1', 'and counting starts again');
 
 # --- and a clean restart keeps them again -----------------------------------------
 
 $offset = -s $node->logfile;
 $node->restart;
-is($node->safe_psql('postgres', $counters), 'orders:0/1',
+is($node->safe_psql('postgres', $counters),
+	'orders:0/1',
 	'after crash recovery, the next clean restart keeps the counters');
 is($node->log_count($offset, $lost_re), 0, '... and says nothing of a loss');
 
@@ -216,17 +239,21 @@ $node->start;
 $node->safe_psql('postgres', q{SELECT dedup_claim('orders', 'o-new')});
 is( $node->safe_psql(
 		'postgres',
-		q{SELECT consumer, claims IS NULL, counters FROM dedup_stats ORDER BY 1}),
+		q{SELECT consumer, claims IS NULL, counters FROM dedup_stats ORDER BY 1}
+	),
 	"billing|t|unavailable: dedup is not in shared_preload_libraries\n"
 	  . "orders|t|unavailable: dedup is not in shared_preload_libraries",
-	'without preloading, the view lists the consumers and says why there are no counters');
+	'without preloading, the view lists the consumers and says why there are no counters'
+);
 is( $node->safe_psql(
-		'postgres',
-		q{SELECT consumers, sweeper_running FROM dedup_storage}),
+		'postgres', q{SELECT consumers, sweeper_running FROM dedup_storage}),
 	'2|f',
 	'dedup_storage answers from the table, and shows no sweeper');
-($ret, $out, $err) = $node->psql_verbose('postgres', 'SELECT dedup_stats_reset()');
-like($err, qr/ERROR:  55000: dedup claim counters are not available/,
+($ret, $out, $err) =
+  $node->psql_verbose('postgres', 'SELECT dedup_stats_reset()');
+like(
+	$err,
+	qr/ERROR:  55000: dedup claim counters are not available/,
 	'dedup_stats_reset() refuses clearly without preloading');
 
 $node->stop;

@@ -40,75 +40,89 @@ use Test::More;
 my $node = DedupNode->create(
 	'bounds',
 	sweeps => 'off',
-	conf => {
-		'dedup.max_consumers' => 10,
-		max_connections => 10,
+	conf   => {
+		'dedup.max_consumers'     => 10,
+		max_connections           => 10,
 		max_locks_per_transaction => 64,
 	});
 $node->safe_psql('postgres', 'CREATE EXTENSION dedup');
 
-my $counted = q{SELECT count(*), sum(claims) FROM dedup_stats WHERE claims IS NOT NULL};
+my $counted =
+  q{SELECT count(*), sum(claims) FROM dedup_stats WHERE claims IS NOT NULL};
 my $status = q{SELECT dedup_counters_status()};
 
 my $offset = -s $node->logfile;
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT count(*) FILTER (WHERE c) FROM
-		  (SELECT dedup_claim('c' || g, 'm') AS c FROM generate_series(1, 3000) g) s}),
+		  (SELECT dedup_claim('c' || g, 'm') AS c FROM generate_series(1, 3000) g) s}
+	),
 	'3000',
 	'3000 distinct consumers claim');
-is($node->safe_psql('postgres', $counted), '10|10', 'exactly 10 consumers are counted');
-is( $node->safe_psql('postgres',
-		q{SELECT DISTINCT counters FROM dedup_stats WHERE consumer IN ('c1', 'c2999')}),
+is($node->safe_psql('postgres', $counted),
+	'10|10', 'exactly 10 consumers are counted');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT DISTINCT counters FROM dedup_stats WHERE consumer IN ('c1', 'c2999')}
+	),
 	'on; 2990 entries evicted (dedup.max_consumers = 10 reached)',
 	'the counters column tells how many entries were evicted');
 $node->safe_psql('postgres', q{SELECT dedup_claim('c3001', 'm')});
 is( $node->safe_psql('postgres', $status),
 	'on; 2991 entries evicted (dedup.max_consumers = 10 reached)',
 	'... and goes on counting them');
-is($node->safe_psql('postgres', q{SELECT claims FROM dedup_stats WHERE consumer = 'c3001'}),
-	'1', '... the newest consumer is counted');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT claims FROM dedup_stats WHERE consumer = 'c3001'}),
+	'1',
+	'... the newest consumer is counted');
 my $log = slurp_file($node->logfile, $offset);
 my $full =
   qr/LOG:  dedup claim counters are full: the counters of 1 least used consumer were evicted to count consumer 'c11' in database 'postgres'/;
-like($log, $full, 'the first eviction is logged, naming the consumer that needed room');
+like($log, $full,
+	'the first eviction is logged, naming the consumer that needed room');
 is(scalar(() = $log =~ /dedup claim counters are full/g), 1, '... once');
-like($log, qr/HINT:  Raise dedup.max_consumers/, '... with the setting to raise');
+like(
+	$log,
+	qr/HINT:  Raise dedup.max_consumers/,
+	'... with the setting to raise');
 
 # more locks than the lock table's preallocated 1024 entries
-my ($ret, $out, $err) = $node->psql('postgres', q{
+my ($ret, $out, $err) = $node->psql(
+	'postgres', q{
 BEGIN;
 SELECT count(*) FROM (SELECT pg_advisory_xact_lock(g) FROM generate_series(1, 1800) g) s;
 COMMIT;});
-is($ret, 0, 'a transaction can still take 1800 locks') or diag $err;
+is($ret, 0,      'a transaction can still take 1800 locks') or diag $err;
 is($out, '1800', '... all of them');
 
 # --- restarts ---------------------------------------------------------------
 
 $node->restart;
-is($node->safe_psql('postgres', $counted), '10|10',
-	'after a clean restart, still 10 consumers counted');
+is($node->safe_psql('postgres', $counted),
+	'10|10', 'after a clean restart, still 10 consumers counted');
 is( $node->safe_psql('postgres', $status),
 	'on; 2991 entries evicted (dedup.max_consumers = 10 reached)',
 	'... and the number of evicted entries is kept');
 
 $node->safe_psql('postgres', 'SELECT dedup_stats_reset()');
-is($node->safe_psql('postgres', $counted), '0|',
-	'dedup_stats_reset() forgets the counters');
-is($node->safe_psql('postgres', $status), 'on',
-	'... and the number of evicted entries');
+is($node->safe_psql('postgres', $counted),
+	'0|', 'dedup_stats_reset() forgets the counters');
+is($node->safe_psql('postgres', $status),
+	'on', '... and the number of evicted entries');
 $node->safe_psql('postgres', q{SELECT dedup_claim('again', 'm')});
 
 $node->append_conf('postgresql.conf', 'dedup.max_consumers = 20');
 $node->restart;
 $node->safe_psql('postgres',
 	q{SELECT dedup_claim('d' || g, 'm') FROM generate_series(1, 30) g});
-is($node->safe_psql('postgres', $counted), '20|20',
-	'dedup.max_consumers = 20: 20 consumers counted');
+is($node->safe_psql('postgres', $counted),
+	'20|20', 'dedup.max_consumers = 20: 20 consumers counted');
 $node->append_conf('postgresql.conf', 'dedup.max_consumers = 10');
 $offset = -s $node->logfile;
 $node->restart;
-is($node->safe_psql('postgres', $counted), '10|10',
+is($node->safe_psql('postgres', $counted),
+	'10|10',
 	'restarted with dedup.max_consumers = 10: 10 consumers restored');
 like(
 	slurp_file($node->logfile, $offset),
@@ -120,12 +134,14 @@ like(
 # the table is empty again, and no eviction is counted
 $node->safe_psql('postgres', 'SELECT dedup_stats_reset()');
 is($node->safe_psql('postgres', $status), 'on', 'counters start from zero');
-$node->safe_psql('postgres', q{
+$node->safe_psql(
+	'postgres', q{
 CREATE DATABASE db1;
 CREATE DATABASE db2;
 CREATE ROLE flooder LOGIN;
 });
-$node->safe_psql('db1', q{
+$node->safe_psql(
+	'db1', q{
 CREATE EXTENSION dedup;
 GRANT EXECUTE ON FUNCTION dedup_claim(text, text) TO flooder;
 });
@@ -144,21 +160,21 @@ SELECT count(*) FROM (SELECT dedup_claim('junk-' || g, 'm') FROM generate_series
 ROLLBACK;};
 is($node->safe_psql('db1', $flood, extra_params => [ '-U', 'flooder' ]),
 	'30', 'a role of db1 claims for 30 junk consumers and rolls back');
-is($node->safe_psql('db2', $status),
+is( $node->safe_psql('db2', $status),
 	'on; 22 entries evicted (dedup.max_consumers = 10 reached)',
 	'db2 sees the evictions');
 
 my $claims = q{SELECT claims FROM dedup_stats WHERE consumer = };
 $node->safe_psql('db2', q{SELECT dedup_claim('payments', 'p-1')});
-is($node->safe_psql('db2', $claims . q{'payments'}), '1',
-	'a new consumer of db2 is counted after the flood of db1');
-is($node->safe_psql('db2', $status),
+is($node->safe_psql('db2', $claims . q{'payments'}),
+	'1', 'a new consumer of db2 is counted after the flood of db1');
+is( $node->safe_psql('db2', $status),
 	'on; 23 entries evicted (dedup.max_consumers = 10 reached)',
 	'... by evicting one entry');
-is($node->safe_psql('db2', $claims . q{'orders'}), '5',
-	'the established consumer of db2 kept its counters');
-is($node->safe_psql('db1', $claims . q{'ledger'}), '20',
-	'... and so did that of db1');
+is($node->safe_psql('db2', $claims . q{'orders'}),
+	'5', 'the established consumer of db2 kept its counters');
+is($node->safe_psql('db1', $claims . q{'ledger'}),
+	'20', '... and so did that of db1');
 
 # among entries with one claim each, the least recently active give way:
 # 7 more consumers of db2, one statement each, evict the 7 junk consumers
@@ -168,46 +184,60 @@ $node->safe_psql('db2',
 is( $node->safe_psql(
 		'db2',
 		q{SELECT string_agg(consumer || ':' || claims, ',' ORDER BY consumer)
-		  FROM dedup_stats WHERE claims IS NOT NULL AND consumer NOT LIKE 'refunds-%'}),
+		  FROM dedup_stats WHERE claims IS NOT NULL AND consumer NOT LIKE 'refunds-%'}
+	),
 	'orders:5,payments:1',
 	'among equally used entries, the least recently active are evicted');
 is( $node->safe_psql(
 		'db1',
-		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'junk-%' AND claims IS NOT NULL}),
-	'0', '... the junk of the flood');
+		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'junk-%' AND claims IS NOT NULL}
+	),
+	'0',
+	'... the junk of the flood');
 
 # a later flood evicts the junk and the consumers with one claim, never the
 # consumers with many
 is($node->safe_psql('db1', $flood, extra_params => [ '-U', 'flooder' ]),
 	'30', 'another flood of 30 junk consumers');
-is($node->safe_psql('db1', $claims . q{'ledger'}), '20',
-	'the consumer with many claims survives it');
-is($node->safe_psql('db2', $claims . q{'orders'}), '5', '... in both databases');
+is($node->safe_psql('db1', $claims . q{'ledger'}),
+	'20', 'the consumer with many claims survives it');
+is($node->safe_psql('db2', $claims . q{'orders'}),
+	'5', '... in both databases');
 is( $node->safe_psql(
 		'db1',
-		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'junk-%' AND claims IS NOT NULL}),
-	'8', 'the junk holds the rest of the table');
+		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'junk-%' AND claims IS NOT NULL}
+	),
+	'8',
+	'the junk holds the rest of the table');
 
 # a claim that fails gets an entry too, evicting on its error path: a
 # record inserted by hand (not counted) holds the key
 my $holder = $node->background_psql('db2');
 $holder->query_safe(
-	q{BEGIN; INSERT INTO processed_messages (consumer_name, message_id) VALUES ('late', 'k')});
+	q{BEGIN; INSERT INTO processed_messages (consumer_name, message_id) VALUES ('late', 'k')}
+);
 my ($ret2, $out2, $err2) = $node->psql('db2',
 	q{SET lock_timeout = '10ms'; SELECT dedup_claim('late', 'k')});
-like($err2, qr/canceling statement due to lock timeout/, 'a claim of a new consumer times out');
+like(
+	$err2,
+	qr/canceling statement due to lock timeout/,
+	'a claim of a new consumer times out');
 $holder->query_safe('ROLLBACK');
 $holder->quit;
 is( $node->safe_psql(
-		'db2', q{SELECT claims || '/' || lock_timeouts FROM dedup_stats WHERE consumer = 'late'}),
-	'0/1', '... and is counted, with an entry evicted for it');
+		'db2',
+		q{SELECT claims || '/' || lock_timeouts FROM dedup_stats WHERE consumer = 'late'}
+	),
+	'0/1',
+	'... and is counted, with an entry evicted for it');
 
 # --- calls, not keys --------------------------------------------------------------
 
 # one call that claims 10000 keys weighs what a claim of one key does, so
 # rolled-back calls of that size for junk consumers of db1 evict each other,
 # not a consumer of db2 that claims steadily, one key at a time
-$node->safe_psql('db1', q{
+$node->safe_psql(
+	'db1', q{
 GRANT EXECUTE ON FUNCTION dedup_claim_offsets(text, text, integer, bigint[]) TO flooder;
 GRANT EXECUTE ON FUNCTION dedup_claim_many(text, text[]) TO flooder;
 });
@@ -227,14 +257,17 @@ SELECT count(*) FROM (SELECT dedup_claim_offsets('junk-' || i, 's', 0, array_fil
 ROLLBACK;},
 		extra_params => [ '-U', 'flooder' ]),
 	'60',
-	'a role of db1 claims 10000 offsets each for 60 junk consumers and rolls back');
-is($node->safe_psql('db2', $status),
+	'a role of db1 claims 10000 offsets each for 60 junk consumers and rolls back'
+);
+is( $node->safe_psql('db2', $status),
 	'on; 112 entries evicted (dedup.max_consumers = 10 reached)',
 	'... evicting 112 entries');
-is($node->safe_psql('db2', $claims . q{'busy'}), '50',
-	'the consumer of db2 with 50 claims keeps its counters');
-is($node->safe_psql('db2', $claims . q{'stopped'}), '',
-	'... one with 2 claims and none since gives way: usage decays at every eviction');
+is($node->safe_psql('db2', $claims . q{'busy'}),
+	'50', 'the consumer of db2 with 50 claims keeps its counters');
+is( $node->safe_psql('db2', $claims . q{'stopped'}),
+	'',
+	'... one with 2 claims and none since gives way: usage decays at every eviction'
+);
 
 $node->safe_psql('db2',
 	q{SELECT dedup_claim('busy', 'b2-' || g) FROM generate_series(1, 10) g});
@@ -246,13 +279,16 @@ SELECT count(*) FROM (SELECT dedup_claim_many('many-' || i, array_fill('x'::text
 ROLLBACK;},
 		extra_params => [ '-U', 'flooder' ]),
 	'60',
-	'a batch of 10000 copies of one id each for 60 more junk consumers, rolled back');
-is($node->safe_psql('db2', $claims . q{'busy'}), '60',
-	'the consumer that goes on claiming keeps its counters');
+	'a batch of 10000 copies of one id each for 60 more junk consumers, rolled back'
+);
+is($node->safe_psql('db2', $claims . q{'busy'}),
+	'60', 'the consumer that goes on claiming keeps its counters');
 is( $node->safe_psql(
 		'db1',
-		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'many-%' AND claims IS NOT NULL}),
-	'9', 'the newest junk holds the rest of the table');
+		q{SELECT count(*) FROM dedup_stats WHERE consumer LIKE 'many-%' AND claims IS NOT NULL}
+	),
+	'9',
+	'the newest junk holds the rest of the table');
 
 $node->stop;
 done_testing();

@@ -50,14 +50,18 @@ use Test::More;
 $ENV{PGOPTIONS} = '-c role=none';
 
 # (streaming allowed: synchronous replication needs max_wal_senders, section 3)
-my $node = DedupNode->create('slowed', sweeps => 'on request',
-	init => { allows_streaming => 1 },
-	conf => {
-		autovacuum => 'off',
-		log_min_messages => 'debug1',
+my $node = DedupNode->create(
+	'slowed',
+	sweeps => 'on request',
+	init   => { allows_streaming => 1 },
+	conf   => {
+		autovacuum                   => 'off',
+		log_min_messages             => 'debug1',
 		autovacuum_vacuum_cost_delay => '100ms',
-		'dedup.sweep_max_duration' => '20s' });
-$node->safe_psql('postgres', q{
+		'dedup.sweep_max_duration'   => '20s'
+	});
+$node->safe_psql(
+	'postgres', q{
 CREATE ROLE slowed_owner LOGIN;
 CREATE DATABASE slowed OWNER slowed_owner;
 CREATE DATABASE healthy});
@@ -72,7 +76,9 @@ SELECT vacuum_count FROM pg_stat_user_tables
 sub vacuum_count { return $node->safe_psql('slowed', $vacuum_count_sql); }
 
 ###############################################################################
-note("1. the settings of slowed's owner, and of the role in slowed, are ignored");
+note(
+	"1. the settings of slowed's owner, and of the role in slowed, are ignored"
+);
 
 $node->safe_psql(
 	'slowed', q{
@@ -84,7 +90,8 @@ ALTER DATABASE slowed SET application_name = 'planted by the owner';
 ALTER DATABASE slowed SET role = 'slowed_owner'},
 	extra_params => [ '-U', 'slowed_owner' ]);
 $node->safe_psql('postgres',
-	'ALTER ROLE CURRENT_USER IN DATABASE slowed SET vacuum_cost_page_miss = 10000');
+	'ALTER ROLE CURRENT_USER IN DATABASE slowed SET vacuum_cost_page_miss = 10000'
+);
 is( $node->safe_psql(
 		'postgres', q{
 SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
@@ -92,10 +99,11 @@ SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdat
 	'2',
 	'the settings are in place: for the database, and for the role in it');
 
-$node->add_expired('slowed', 's', 3000);
+$node->add_expired('slowed',  's', 3000);
 $node->add_expired('healthy', 'h', 100);
 my $count0 = vacuum_count();
 my $offset = -s $node->logfile;
+
 # '[...]': an empty application_name is still a row seen
 my ($since, $seen) = $node->watch_sweep(
 	'slowed', q{
@@ -103,12 +111,18 @@ SELECT '[' || application_name || ']' FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper' AND datname = 'slowed'
    AND query LIKE 'dedup sweep%'});
 is($seen, '[]',
-	"pg_stat_activity: the sweeper's application_name is the server's, not the database's");
-is($node->wait_sweep_after('slowed', $since), 'done', 'slowed: the sweep is done');
-is($node->count_of('slowed', 's'), '2', 'slowed: the expired rows are deleted');
-is(vacuum_count(), $count0 + 1,
-	"slowed: the sweeper vacuumed the table, at the server's pace, within dedup.sweep_max_duration");
-for my $name (qw(vacuum_cost_page_hit vacuum_cost_page_dirty vacuum_cost_limit
+	"pg_stat_activity: the sweeper's application_name is the server's, not the database's"
+);
+is($node->wait_sweep_after('slowed', $since),
+	'done', 'slowed: the sweep is done');
+is($node->count_of('slowed', 's'),
+	'2', 'slowed: the expired rows are deleted');
+is( vacuum_count(),
+	$count0 + 1,
+	"slowed: the sweeper vacuumed the table, at the server's pace, within dedup.sweep_max_duration"
+);
+for my $name (
+	qw(vacuum_cost_page_hit vacuum_cost_page_dirty vacuum_cost_limit
 	maintenance_work_mem application_name role vacuum_cost_page_miss))
 {
 	ok( $node->log_count($offset,
@@ -117,15 +131,17 @@ for my $name (qw(vacuum_cost_page_hit vacuum_cost_page_dirty vacuum_cost_limit
 		"the log says that $name was ignored (DEBUG1)");
 }
 is($node->sweep('healthy'), 'done', 'healthy: then swept');
-is($node->count_of('healthy', 'h'), '2', 'healthy: its expired rows are deleted');
+is($node->count_of('healthy', 'h'),
+	'2', 'healthy: its expired rows are deleted');
 
 ###############################################################################
 note('2. a VACUUM stopped at dedup.sweep_max_duration');
 
 # a page per 100 to 400 ms, whatever it costs: a VACUUM of tens of seconds
-$node->set_config('autovacuum_vacuum_cost_limit', '1', '1');
-$node->set_config('dedup.sweep_max_duration', '2s', '2s');
+$node->set_config('autovacuum_vacuum_cost_limit', '1',  '1');
+$node->set_config('dedup.sweep_max_duration',     '2s', '2s');
 $node->add_expired('slowed', 't', 3000);
+
 # too few for a VACUUM of healthy (autovacuum_vacuum_threshold is 50): its
 # sweep is deletes only, whatever the cost limit
 $node->add_expired('healthy', 'i', 20);
@@ -136,17 +152,21 @@ $offset = -s $node->logfile;
 SELECT query FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper' AND datname = 'slowed'
    AND query = 'dedup sweep: vacuuming processed_messages'});
-is($seen, 'dedup sweep: vacuuming processed_messages', 'slowed: the sweeper vacuums');
+is( $seen,
+	'dedup sweep: vacuuming processed_messages',
+	'slowed: the sweeper vacuums');
 is($node->sweep('healthy'), 'done', 'healthy: swept meanwhile');
-is($node->count_of('healthy', 'i'), '2', 'healthy: its expired rows are deleted');
-is($node->wait_sweep_after('slowed', $since), 'partial',
-	'slowed: its sweep ended partial, stopped in its VACUUM');
+is($node->count_of('healthy', 'i'),
+	'2', 'healthy: its expired rows are deleted');
+is($node->wait_sweep_after('slowed', $since),
+	'partial', 'slowed: its sweep ended partial, stopped in its VACUUM');
 is( $node->safe_psql(
 		'slowed', q{
 SELECT last_sweep_rows || '|' || (last_error IS NULL) FROM dedup_sweeper}),
 	'2998|true',
 	'slowed: its 2998 expired rows deleted, no error');
-is($node->count_of('slowed', 't'), '2', 'slowed: the expired rows are deleted');
+is($node->count_of('slowed', 't'),
+	'2', 'slowed: the expired rows are deleted');
 is(vacuum_count(), $count0, 'slowed: the VACUUM did not complete');
 ok( $node->log_count($offset,
 		qr/LOG:  dedup sweep of database "slowed" stopped its VACUUM of processed_messages at dedup.sweep_max_duration \(2 s\)/
@@ -156,7 +176,8 @@ ok( $node->log_count($offset,
 $node->add_expired('slowed', 'u', 100);
 $offset = -s $node->logfile;
 is($node->sweep('slowed'), 'done', 'slowed: the next sweep is done');
-is($node->count_of('slowed', 'u'), '2', 'slowed: its expired rows are deleted');
+is($node->count_of('slowed', 'u'),
+	'2', 'slowed: its expired rows are deleted');
 is(vacuum_count(), $count0, 'slowed: no VACUUM');
 ok( $node->log_count($offset,
 		qr/dedup sweep: not vacuuming processed_messages \(\d+ dead rows, \d+ live\): left to autovacuum since the time limit stopped this sweeper's last VACUUM of it/
@@ -164,10 +185,11 @@ ok( $node->log_count($offset,
 	'the log says why (DEBUG1)');
 
 $node->set_config('autovacuum_vacuum_cost_limit', undef, '-1');
-$node->set_config('dedup.sweep_max_duration', '20s', '20s');
+$node->set_config('dedup.sweep_max_duration',     '20s', '20s');
 $node->safe_psql('slowed', 'VACUUM processed_messages');
 $node->add_expired('slowed', 'v', 3000);
-is($node->sweep('slowed'), 'done', 'slowed: after a VACUUM by hand, a sweep is done');
+is($node->sweep('slowed'),
+	'done', 'slowed: after a VACUUM by hand, a sweep is done');
 is(vacuum_count(), $count0 + 2, 'slowed: and the sweeper vacuums again');
 
 ###############################################################################
@@ -179,12 +201,15 @@ note('3. a synchronous standby that is not there');
 # it.
 $ENV{PGOPTIONS} .= ' -c synchronous_commit=local';
 $node->set_config('synchronous_standby_names', 'nobody', 'nobody');
-$node->add_expired('slowed', 'w', 100);
+$node->add_expired('slowed',  'w', 100);
 $node->add_expired('healthy', 'x', 100);
-is($node->sweep('slowed'), 'done', 'slowed: the sweep is done, not waiting for the standby');
-is($node->count_of('slowed', 'w'), '2', 'slowed: the expired rows are deleted');
+is($node->sweep('slowed'),
+	'done', 'slowed: the sweep is done, not waiting for the standby');
+is($node->count_of('slowed', 'w'),
+	'2', 'slowed: the expired rows are deleted');
 is($node->sweep('healthy'), 'done', 'healthy: swept next');
-is($node->count_of('healthy', 'x'), '2', 'healthy: the expired rows are deleted');
+is($node->count_of('healthy', 'x'),
+	'2', 'healthy: the expired rows are deleted');
 $node->set_config('synchronous_standby_names', undef, '');
 $ENV{PGOPTIONS} = '-c role=none';
 

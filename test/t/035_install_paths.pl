@@ -322,7 +322,8 @@ SELECT string_agg(o.object, chr(30)) FROM (
 	 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e') o};
 my $script = slurp_file("$top/sql/dedup--$current.sql");
 my @listed =
-  $script =~ /^\s*'((?:table|view|index|type|function) [^' ]+)',?$/mg;
+  $script =~
+  /^\s*'((?:table|sequence|view|index|type|function) [^' ]+)',?$/mg;
 my $listed_q = q{
 SELECT string_agg(COALESCE(pg_describe_object(l.classid, l.objid, 0), 'not created: ' || l.object),
 				  chr(30))

@@ -41,20 +41,26 @@ use DedupPgbouncer;
 use DedupTools;
 
 my $jar = '/usr/share/java/postgresql.jar';
-require_tools(programs => [ '/usr/bin/java', '/usr/bin/javac', '/usr/sbin/pgbouncer' ]);
+require_tools(
+	programs => [ '/usr/bin/java', '/usr/bin/javac', '/usr/sbin/pgbouncer' ]);
+
 # a jar is not executable: name it only when it is missing (skip, or fail
 # under test/run.sh)
 require_tools(programs => [$jar]) unless -r $jar;
 
-my $tmp = PostgreSQL::Test::Utils::tempdir;
+my $tmp     = PostgreSQL::Test::Utils::tempdir;
 my $classes = "$tmp/classes";
 my ($javac_out, $javac_err);
 ok( IPC::Run::run(
-		[ 'javac', '-Xlint:all', '-Werror', '-cp', $jar, '-d', $classes,
-			"$FindBin::Bin/../../doc/examples/jdbc/DedupConsumer.java" ],
-		'>', \$javac_out, '2>', \$javac_err),
-	'DedupConsumer.java compiles without warnings')
-  or BAIL_OUT($javac_err);
+		[
+			'javac', '-Xlint:all', '-Werror', '-cp', $jar, '-d', $classes,
+			"$FindBin::Bin/../../doc/examples/jdbc/DedupConsumer.java"
+		],
+		'>',
+		\$javac_out,
+		'2>',
+		\$javac_err),
+	'DedupConsumer.java compiles without warnings') or BAIL_OUT($javac_err);
 
 my $node = DedupNode->create('jdbc',
 	conf => { listen_addresses => '127.0.0.1', log_statement => 'all' });
@@ -94,7 +100,8 @@ sub messages
 sub balances_ok
 {
 	my ($label) = @_;
-	is(sql(q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}),
+	is( sql(q{SELECT string_agg(id || '=' || balance, ',' ORDER BY id) FROM accounts}
+		),
 		join(',', map { "$_=" . ($balance{$_} // 0) } 1 .. 5),
 		"$label: balances are the sums of the messages, each applied once");
 }
@@ -112,10 +119,15 @@ sub consumers
 		@$c{qw(in out err)} = ('', '', '');
 		push @cmd, '&' if @cmd;
 		push @cmd,
-		  [ 'java', '-cp', "$jar:$classes", 'DedupConsumer',
+		  [
+			'java',
+			'-cp',
+			"$jar:$classes",
+			'DedupConsumer',
 			"jdbc:postgresql://127.0.0.1:$c->{port}/$db?user=app&ApplicationName=$c->{app}"
 			  . ($c->{options} // ''),
-			$c->{consumer} ],
+			$c->{consumer}
+		  ],
 		  '<', \$c->{in}, '>', \$c->{out}, '2>', \$c->{err};
 	}
 	my $h = IPC::Run::start(@cmd,
@@ -134,7 +146,12 @@ sub consumer
 {
 	my ($app, $port, $consumer, $messages) = @_;
 	my ($c) = consumers(
-		{ app => $app, port => $port, consumer => $consumer, messages => $messages });
+		{
+			app      => $app,
+			port     => $port,
+			consumer => $consumer,
+			messages => $messages
+		});
 	return $c;
 }
 
@@ -142,7 +159,9 @@ sub consumer
 sub answers
 {
 	my ($c) = @_;
-	return map { (split / /)[ 1, 0 ] } grep { /^(claimed|duplicate) / } split /\n/, $c->{out};
+	return
+	  map { (split / /)[ 1, 0 ] } grep { /^(claimed|duplicate) / } split /\n/,
+	  $c->{out};
 }
 
 # executions($log, $app, $sql): client $app's executions of $sql (a regexp),
@@ -165,12 +184,13 @@ sub bouncer
 {
 	my ($name, %settings) = @_;
 	my $b = start_pgbouncer(
-		dir => "$tmp/$name",
-		host => $node->host,
-		port => $node->port,
-		dbname => $db,
-		users => [ 'postgres', 'app' ],
+		dir      => "$tmp/$name",
+		host     => $node->host,
+		port     => $node->port,
+		dbname   => $db,
+		users    => [ 'postgres', 'app' ],
 		settings => {
+
 			# pgjdbc sends it in the startup packet, which pgbouncer
 			# refuses unless told to ignore it
 			ignore_startup_parameters => 'extra_float_digits',
@@ -185,22 +205,31 @@ sub bouncer
 # 1. direct connection, default prepareThreshold
 # ---------------------------------------------------------------------------
 
-my $offset = -s $node->logfile;
+my $offset      = -s $node->logfile;
 my @direct_msgs = messages('d', 10);
-my $direct = consumer('direct', $node->port, 'ledger-direct',
+my $direct      = consumer('direct', $node->port, 'ledger-direct',
 	[ @direct_msgs, $direct_msgs[1] ]);    # d-0002 redelivered
-is($direct->{code}, 0, 'direct: the consumer ended cleanly') or diag($direct->{err});
+is($direct->{code}, 0, 'direct: the consumer ended cleanly')
+  or diag($direct->{err});
 my @lines = grep { /^(claimed|duplicate) / } split /\n/, $direct->{out};
-is(join(',', @lines[ 9, 10 ]), 'claimed d-0010,duplicate d-0002',
+is( join(',', @lines[ 9, 10 ]),
+	'claimed d-0010,duplicate d-0002',
 	'direct: 10 messages claimed, the redelivery of d-0002 a duplicate');
-is(scalar(grep { /^claimed / } @lines), 10, 'direct: ... and nothing else claimed');
+is(scalar(grep { /^claimed / } @lines),
+	10, 'direct: ... and nothing else claimed');
 balances_ok('direct');
 
-my @names = map { $_->[0] } executions($node->log_since($offset), 'direct', $claim_sql);
+my @names =
+  map { $_->[0] } executions($node->log_since($offset), 'direct', $claim_sql);
 my $named = $names[4] // '';
-like($named, qr/^S_\d+$/, "direct: the fifth execution of the claim is server-side prepared ($named)");
-is_deeply(\@names, [ ('<unnamed>') x 4, ($named) x 7 ],
-	'direct: the first four executions are unnamed, the fifth to the eleventh the same named statement');
+like($named, qr/^S_\d+$/,
+	"direct: the fifth execution of the claim is server-side prepared ($named)"
+);
+is_deeply(
+	\@names,
+	[ ('<unnamed>') x 4, ($named) x 7 ],
+	'direct: the first four executions are unnamed, the fifth to the eleventh the same named statement'
+);
 
 # ---------------------------------------------------------------------------
 # 2. through pgbouncer in transaction mode, prepareThreshold=0
@@ -209,50 +238,68 @@ is_deeply(\@names, [ ('<unnamed>') x 4, ($named) x 7 ],
 my $pool = bouncer('pool', default_pool_size => 2, server_round_robin => 1);
 $offset = -s $node->logfile;
 my @pool_msgs = messages('p', 100);
-my @orders = (
+my @orders    = (
 	[@pool_msgs],
 	[ reverse @pool_msgs ],
-	[ @pool_msgs[ grep { $_ % 2 } 0 .. $#pool_msgs ],
-		@pool_msgs[ grep { !($_ % 2) } 0 .. $#pool_msgs ] ]);
+	[
+		@pool_msgs[ grep { $_ % 2 } 0 .. $#pool_msgs ],
+		@pool_msgs[ grep { !($_ % 2) } 0 .. $#pool_msgs ]
+	]);
 my @pooled = consumers(
 	map {
 		{
-			app => "pool-$_",
-			port => $pool->{port},
-			options => '&prepareThreshold=0',
+			app      => "pool-$_",
+			port     => $pool->{port},
+			options  => '&prepareThreshold=0',
 			consumer => 'ledger-pool',
 			messages => $orders[ $_ - 1 ]
 		}
 	} 1 .. 3);
-is(join(',', map { $_->{code} } @pooled), '0,0,0', 'pool: three consumers ended cleanly')
+is(join(',', map { $_->{code} } @pooled),
+	'0,0,0', 'pool: three consumers ended cleanly')
   or diag(join("\n", map { $_->{err} } @pooled));
 
 my %claimed;
 for my $c (@pooled)
 {
 	my %a = answers($c);
-	is(scalar(keys %a), 100, "$c->{app}: answered every one of the 100 messages");
+	is(scalar(keys %a),
+		100, "$c->{app}: answered every one of the 100 messages");
 	$a{$_} eq 'claimed' and $claimed{$_}++ for keys %a;
 }
-is(scalar(keys %claimed), 100, 'pool: every message claimed by one of the consumers');
-is(scalar(grep { $_ != 1 } values %claimed), 0, 'pool: ... and by one only (the other two deliveries were duplicates)');
+is(scalar(keys %claimed),
+	100, 'pool: every message claimed by one of the consumers');
+is(scalar(grep { $_ != 1 } values %claimed),
+	0,
+	'pool: ... and by one only (the other two deliveries were duplicates)');
 balances_ok('pool');
-is(sql(q{SELECT count(*) FROM dedup.processed_messages WHERE consumer_name = 'ledger-pool'}),
-	'100', 'pool: dedup.processed_messages holds the 100 claims');
-is(sql(q{SELECT claims || '|' || duplicates FROM dedup.dedup_stats WHERE consumer = 'ledger-pool'}),
-	'100|200', 'pool: dedup_stats counts 100 claims and 200 duplicates');
+is( sql(q{SELECT count(*) FROM dedup.processed_messages WHERE consumer_name = 'ledger-pool'}
+	),
+	'100',
+	'pool: dedup.processed_messages holds the 100 claims');
+is( sql(q{SELECT claims || '|' || duplicates FROM dedup.dedup_stats WHERE consumer = 'ledger-pool'}
+	),
+	'100|200',
+	'pool: dedup_stats counts 100 claims and 200 duplicates');
 
 my $log = $node->log_since($offset);
 for my $c (@pooled)
 {
 	my @e = executions($log, $c->{app}, qr/./);
-	my @claims = grep { $_->[0] eq '<unnamed>' } executions($log, $c->{app}, $claim_sql);
-	is(scalar(grep { $_->[0] ne '<unnamed>' } @e), 0,
-		"$c->{app}: none of its " . scalar(@e) . ' executions used a server-side prepared statement');
-	is(scalar(@claims), 100, "$c->{app}: its 100 claims ran as unnamed statements");
+	my @claims =
+	  grep { $_->[0] eq '<unnamed>' } executions($log, $c->{app}, $claim_sql);
+	is( scalar(grep { $_->[0] ne '<unnamed>' } @e),
+		0,
+		"$c->{app}: none of its "
+		  . scalar(@e)
+		  . ' executions used a server-side prepared statement');
+	is(scalar(@claims), 100,
+		"$c->{app}: its 100 claims ran as unnamed statements");
 	my %backends = map { $_->[1] => 1 } @claims;
-	is(scalar(keys %backends), 2,
-		"$c->{app}: its transactions ran on both server connections of the pool");
+	is( scalar(keys %backends),
+		2,
+		"$c->{app}: its transactions ran on both server connections of the pool"
+	);
 }
 ok(defined stop_pgbouncer($pool), 'pool: pgbouncer stopped');
 
@@ -261,37 +308,52 @@ ok(defined stop_pgbouncer($pool), 'pool: pgbouncer stopped');
 # ---------------------------------------------------------------------------
 
 my ($version) = `/usr/sbin/pgbouncer --version` =~ /(\d+\.\d+)/;
-my $tracks = $version >= 1.21;
-my $single = bouncer('single', default_pool_size => 1,
+my $tracks    = $version >= 1.21;
+my $single    = bouncer(
+	'single',
+	default_pool_size => 1,
 	$tracks ? (max_prepared_statements => 100) : ());
 $offset = -s $node->logfile;
-my $first = consumer('default-a', $single->{port}, 'ledger-default', [ messages('a', 6) ]);
-is($first->{code}, 0, 'default threshold: the first consumer on the server connection ends cleanly')
-  or diag($first->{err});
+my $first = consumer('default-a', $single->{port}, 'ledger-default',
+	[ messages('a', 6) ]);
+is($first->{code}, 0,
+	'default threshold: the first consumer on the server connection ends cleanly'
+) or diag($first->{err});
 my %b_before = %balance;
-my $second = consumer('default-b', $single->{port}, 'ledger-default', [ messages('b', 6) ]);
+my $second   = consumer('default-b', $single->{port}, 'ledger-default',
+	[ messages('b', 6) ]);
 if ($tracks)
 {
 	is($second->{code}, 0,
-		"default threshold: pgbouncer $version with max_prepared_statements keeps the second consumer's prepared statements apart")
-	  or diag($second->{err});
-	like($node->log_since($offset),
+		"default threshold: pgbouncer $version with max_prepared_statements keeps the second consumer's prepared statements apart"
+	) or diag($second->{err});
+	like(
+		$node->log_since($offset),
 		qr/\] default-b LOG:  execute PGBOUNCER_\d+: SELECT dedup\.dedup_claim/,
-		'default threshold: ... under names of its own on the server (PGBOUNCER_n)');
+		'default threshold: ... under names of its own on the server (PGBOUNCER_n)'
+	);
 	balances_ok('default threshold');
 }
 else
 {
-	is($second->{code}, 1, "default threshold: pgbouncer $version: the second consumer failed");
-	like($second->{err}, qr/prepared statement "S_1" already exists \(SQLSTATE 42P05\)/,
-		'default threshold: ... at its first COMMIT, which the first consumer had prepared as S_1 on the same server connection');
-	like($node->log_since($offset),
+	is($second->{code}, 1,
+		"default threshold: pgbouncer $version: the second consumer failed");
+	like(
+		$second->{err},
+		qr/prepared statement "S_1" already exists \(SQLSTATE 42P05\)/,
+		'default threshold: ... at its first COMMIT, which the first consumer had prepared as S_1 on the same server connection'
+	);
+	like(
+		$node->log_since($offset),
 		qr/\] default-b ERROR:  prepared statement "S_1" already exists\n.*STATEMENT:  COMMIT\n/,
 		'default threshold: the server says so in its log');
 	%balance = %b_before;
 	balances_ok('default threshold');
-	is(sql(q{SELECT count(*) FROM dedup.processed_messages WHERE message_id LIKE 'b-%'}),
-		'0', 'default threshold: the failed transaction kept no claim: the redelivery will claim again');
+	is( sql(q{SELECT count(*) FROM dedup.processed_messages WHERE message_id LIKE 'b-%'}
+		),
+		'0',
+		'default threshold: the failed transaction kept no claim: the redelivery will claim again'
+	);
 }
 ok(defined stop_pgbouncer($single), 'default threshold: pgbouncer stopped');
 

@@ -26,8 +26,11 @@ use lib "$FindBin::Bin/../perl";
 use DedupNode;
 
 # only dedup's own lines: the statements hold the hostile names below
-my $primary = DedupNode->create('streams', preload => 0,
-	init => { allows_streaming => 1 }, conf => { log_statement => 'none' });
+my $primary = DedupNode->create(
+	'streams',
+	preload => 0,
+	init    => { allows_streaming => 1 },
+	conf    => { log_statement    => 'none' });
 
 sub sql { return $primary->safe_psql('postgres', $_[0]); }
 
@@ -38,7 +41,7 @@ CREATE ROLE app LOGIN;
 CREATE EXTENSION dedup VERSION '1.1';
 SELECT dedup_claim('orders-app', 'evt-1');
 });
-is(sql(q{SELECT count(*) FROM pg_class WHERE relname = 'stream_positions'}),
+is( sql(q{SELECT count(*) FROM pg_class WHERE relname = 'stream_positions'}),
 	'0', '1.1 has no stream positions');
 sql(q{ALTER EXTENSION dedup UPDATE TO '1.2'});
 is( sql(q{
@@ -46,10 +49,13 @@ SELECT dedup_claim_offset('orders-app', 'orders', 0, 41)::text || ' '
     || dedup_claim_offset('orders-app', 'orders', 0, 41)::text || ' '
     || dedup_claim('orders-app', 'evt-1')::text}),
 	'true false false',
-	'after the update: an offset is claimed once, the 1.1 record is still a duplicate');
+	'after the update: an offset is claimed once, the 1.1 record is still a duplicate'
+);
 is( sql(q{
-SELECT 'stream_positions'::regclass = ANY (extconfig) FROM pg_extension WHERE extname = 'dedup'}),
-	't', 'the positions are user data for pg_dump');
+SELECT 'stream_positions'::regclass = ANY (extconfig) FROM pg_extension WHERE extname = 'dedup'}
+	),
+	't',
+	'the positions are user data for pg_dump');
 
 # a few partitions of two streams, some moved by batches
 sql(q{
@@ -85,11 +91,14 @@ SET ROLE app;
 SELECT string_agg(format('%s/%s/%s', stream, partition, next_offset), ' ' ORDER BY stream, partition)
   FROM dedup_stream_positions('orders-app')}),
 	'orders/0/43 orders/1/13 orders/2/23 orders/3/33 payments/0/8',
-	'the standby tells an application where to seek, as of the primary\'s last commit');
+	'the standby tells an application where to seek, as of the primary\'s last commit'
+);
 is( $standby->safe_psql(
 		'postgres',
-		q{SELECT count(*) FROM dedup_stream_positions('orders-app', 'payments')}),
-	'1', 'one stream, on the standby');
+		q{SELECT count(*) FROM dedup_stream_positions('orders-app', 'payments')}
+	),
+	'1',
+	'one stream, on the standby');
 
 foreach my $call (
 	q{SELECT dedup_claim_offset('orders-app', 'orders', 0, 50)},
@@ -99,7 +108,9 @@ foreach my $call (
 {
 	my ($ret, $out, $err) =
 	  $standby->psql('postgres', "\\set VERBOSITY verbose\n$call");
-	like($err, qr/ERROR:  25006: cannot execute dedup_\w+\(\) during recovery/,
+	like(
+		$err,
+		qr/ERROR:  25006: cannot execute dedup_\w+\(\) during recovery/,
 		"standby refuses: $call");
 	is($out, '', "no answer on the standby: $call");
 }
@@ -109,7 +120,7 @@ $standby->stop;
 
 $positions = sql($positions_query);
 my $tmpdir = PostgreSQL::Test::Utils::tempdir;
-my @conn = ('-h', $primary->host, '-p', $primary->port);
+my @conn   = ('-h', $primary->host, '-p', $primary->port);
 $primary->command_ok(
 	[ 'pg_dump', @conn, '-Fc', '-f', "$tmpdir/streams.dump", 'postgres' ],
 	'pg_dump of a database with stream positions');
@@ -124,12 +135,15 @@ is( $primary->safe_psql(
 SELECT dedup_claim_offsets('orders-app', 'orders', 0, ARRAY[42, 43])::text || ' '
     || dedup_claim_offset('orders-app', 'orders', 2, 22)::text}),
 	'{f,t} false',
-	'in the restored copy, replays are still replays and the next offset is new');
+	'in the restored copy, replays are still replays and the next offset is new'
+);
 is( $primary->safe_psql(
 		'restored', q{
 SELECT has_function_privilege('app', 'dedup_claim_offset(text, text, integer, bigint)', 'EXECUTE')::text
-    || ' ' || has_function_privilege('app', 'dedup_claim_offsets(text, text, integer, bigint[])', 'EXECUTE')::text}),
-	'true false', 'the grants travel with the dump, and nothing more');
+    || ' ' || has_function_privilege('app', 'dedup_claim_offsets(text, text, integer, bigint[])', 'EXECUTE')::text}
+	),
+	'true false',
+	'the grants travel with the dump, and nothing more');
 
 # --- the audit trail -------------------------------------------------------------
 
@@ -139,20 +153,21 @@ GRANT EXECUTE ON FUNCTION dedup_set_stream_position(text, text, integer, bigint)
 	dedup_forget_stream_positions(text, text), dedup_retire_consumer(text) TO operator;
 });
 my $offset = -s $primary->logfile;
-my $xid = $primary->safe_psql(
+my $xid    = $primary->safe_psql(
 	'postgres', q{
 SET ROLE operator;
 BEGIN;
 SELECT dedup_set_stream_position('orders-app', 'orders', 1, 5);
 SELECT txid_current();
 COMMIT;
-}, extra_params => [ '-tA' ]);
+}, extra_params => ['-tA']);
 ($xid) = $xid =~ /(\d+)\s*$/;
 my $log = $primary->log_since($offset);
 like(
 	$log,
 	qr/LOG:  dedup audit: role 'operator' \(session user 'postgres'\) set the position of consumer 'orders-app' in partition 1 of stream 'orders' to next offset 5 \(it was 13\) in transaction $xid\n/,
-	'a position moved on purpose is in the log: who, which, from, to, transaction');
+	'a position moved on purpose is in the log: who, which, from, to, transaction'
+);
 is(sql(q{SELECT dedup_claim_offset('orders-app', 'orders', 1, 5)}),
 	't', 'and the partition is replayed from there');
 
@@ -179,7 +194,9 @@ like(
 	$log,
 	qr/dedup audit: role 'operator' \(session user 'postgres'\) deleted 1 stream position of consumer 'audit-app' in transaction \d+\n/,
 	'so is retiring a consumer with positions, under the caller\'s name');
-is(sql(q{SELECT count(*) FROM stream_positions WHERE consumer_name = 'audit-app'}),
-	'0', 'the retired consumer has no position left');
+is( sql(q{SELECT count(*) FROM stream_positions WHERE consumer_name = 'audit-app'}
+	),
+	'0',
+	'the retired consumer has no position left');
 
 done_testing();

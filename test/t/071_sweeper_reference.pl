@@ -34,10 +34,12 @@ use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = DedupNode->create('reference', sweeps => 'on request',
-	conf => { max_connections => 30 });
+my $node = DedupNode->create(
+	'reference',
+	sweeps => 'on request',
+	conf   => { max_connections => 30 });
 $node->safe_psql('postgres', 'CREATE DATABASE db1');
-$node->safe_psql('db1', 'CREATE EXTENSION dedup');
+$node->safe_psql('db1',      'CREATE EXTENSION dedup');
 $node->safe_psql('postgres', 'CREATE ROLE watcher LOGIN IN ROLE pg_monitor');
 ok($node->sweep_until('db1', 'done'), 'db1: a sweep of nothing ends done');
 
@@ -48,8 +50,13 @@ my $L = DedupNode::LATEST_CLAIM;
 note('1. dedup_default_retention()');
 
 $node->set_config('dedup.retention', '7d', '7d');
-is($node->safe_psql('db1', 'SELECT dedup_default_retention()', extra_params => [ '-U', 'watcher' ]),
-	'168:00:00', 'dedup.retention = 7d: dedup_default_retention() is 168 hours (exact time, not 7 days)');
+is( $node->safe_psql(
+		'db1',
+		'SELECT dedup_default_retention()',
+		extra_params => [ '-U', 'watcher' ]),
+	'168:00:00',
+	'dedup.retention = 7d: dedup_default_retention() is 168 hours (exact time, not 7 days)'
+);
 $node->set_config('dedup.retention', '-1', '-1');
 is($node->safe_psql('db1', 'SELECT dedup_default_retention() IS NULL'),
 	't', 'dedup.retention = -1: dedup_default_retention() is NULL (forever)');
@@ -79,18 +86,24 @@ note('3. the wait DedupSweepYield');
 
 my $tmpdir = PostgreSQL::Test::Utils::tempdir;
 my $script = "$tmpdir/claim.sql";
-append_to_file($script, q{\set k random(1, 1000000000)
+append_to_file(
+	$script, q{\set k random(1, 1000000000)
 SELECT dedup_claim('yield-claims', 'k' || :k);
 });
 my ($out, $err) = ('', '');
 my $pgbench = IPC::Run::start(
-	[   'pgbench', '-n', '-h', $node->host, '-p', $node->port,
+	[
+		'pgbench', '-n', '-h', $node->host, '-p', $node->port,
 		'-c', 2, '-j', 2, '-T', 300, '-f', $script, 'db1'
 	],
-	'>', \$out, '2>', \$err);
+	'>',
+	\$out,
+	'2>',
+	\$err);
 ok(wait_until(sub { $node->count_of('db1', 'yield-claims') > 10 }),
 	'claims are running (pgbench)');
 $node->set_config('dedup.sweep_batch_size', '500', '500');
+
 # 20 batches, each followed by a pause about 9 times as long (the default
 # dedup.sweep_busy_share, 10%): watched from inside the server
 my (undef, $yield_seen) = $node->watch_sweeper_wait(
@@ -100,10 +113,11 @@ SELECT 'yield', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
   FROM generate_series(1, 10000) i
 UNION ALL VALUES ('yield', 'latest', $L)});
 is($yield_seen, 't',
-	"while claims run, the sweeper's pause yielding to them is the wait DedupSweepYield in pg_stat_activity ('Extension' on 15)");
+	"while claims run, the sweeper's pause yielding to them is the wait DedupSweepYield in pg_stat_activity ('Extension' on 15)"
+);
 $pgbench->kill_kill;
 unlike($err, qr/error|abort/i, 'pgbench: no claim failed') or diag($err);
-ok(wait_until(sub { $node->count_of('db1', 'yield') eq '1' }),
+ok( wait_until(sub { $node->count_of('db1', 'yield') eq '1' }),
 	'the yielding sweep deletes the 10000 expired claims all the same');
 $node->set_config('dedup.sweep_batch_size', undef, '1000');
 
@@ -114,25 +128,38 @@ my $not_installed =
   qr/WARNING:  database "noext" is listed in dedup.databases, but extension "dedup" is not installed there/;
 my $no_such =
   qr/WARNING:  database "nosuchdb" is listed in dedup.databases, but does not exist/;
+
 # found without dedup while every database is swept: nothing to say
 $node->safe_psql('postgres', 'CREATE DATABASE noext');
 my $offset = -s $node->logfile;
 ok(defined $node->sweep('db1') && defined $node->sweep('db1'),
 	'two passes of the launcher: noext probed');
-is($node->log_count($offset, qr/noext/), 0, '... quietly, as it is not listed');
+is($node->log_count($offset, qr/noext/),
+	0, '... quietly, as it is not listed');
+
 # then listed: a reload, which probes nothing again
-$node->set_config('dedup.databases', 'db1, noext, nosuchdb', 'db1, noext, nosuchdb');
-ok($node->wait_log_count($offset, $not_installed, 1),
+$node->set_config(
+	'dedup.databases',
+	'db1, noext, nosuchdb',
+	'db1, noext, nosuchdb');
+ok( $node->wait_log_count($offset, $not_installed, 1),
 	'listing noext in dedup.databases logs a WARNING naming it');
 ok($node->wait_log_count($offset, $no_such, 1),
 	'... and a listed name that matches no database gets one too');
 ok(defined $node->sweep('db1') && defined $node->sweep('db1'),
 	'two more passes of the launcher');
-is($node->log_count($offset, $not_installed) . '|' . $node->log_count($offset, $no_such),
-	'1|1', '... which say nothing more: once per change');
+is( $node->log_count($offset, $not_installed) . '|'
+	  . $node->log_count($offset, $no_such),
+	'1|1',
+	'... which say nothing more: once per change');
+
 # another change names them again
-$node->set_config('dedup.databases', 'noext, nosuchdb, db1', 'noext, nosuchdb, db1');
-ok($node->wait_log_count($offset, $not_installed, 2) && $node->wait_log_count($offset, $no_such, 2),
+$node->set_config(
+	'dedup.databases',
+	'noext, nosuchdb, db1',
+	'noext, nosuchdb, db1');
+ok( $node->wait_log_count($offset, $not_installed, 2)
+	  && $node->wait_log_count($offset, $no_such, 2),
 	'a change of dedup.databases names both again');
 $node->set_config('dedup.databases', undef, '');
 
@@ -146,10 +173,14 @@ $offset = -s $node->logfile;
 $node->restart;
 my $no_slot =
   qr/WARNING:  dedup sweeper could not start: no free background worker slot/;
-ok($node->wait_log_count($offset, $no_slot, 1),
-	'max_worker_processes = 1: the launcher cannot start a sweeper and says so in a WARNING');
-like($node->log_since($offset), qr/HINT:  Raise max_worker_processes/,
+ok( $node->wait_log_count($offset, $no_slot, 1),
+	'max_worker_processes = 1: the launcher cannot start a sweeper and says so in a WARNING'
+);
+like(
+	$node->log_since($offset),
+	qr/HINT:  Raise max_worker_processes/,
 	'... with the setting to raise');
+
 # each wake-up makes the launcher try again, and reschedule after it failed
 for my $i (1 .. 3)
 {
@@ -157,10 +188,12 @@ for my $i (1 .. 3)
 	$node->safe_psql('db1', 'SELECT dedup_sweeper_wake()');
 	ok( $node->poll_query_until(
 			'db1',
-			"SELECT next_sweep >= '$since'::timestamptz + interval '1 hour' FROM dedup_sweeper"),
+			"SELECT next_sweep >= '$since'::timestamptz + interval '1 hour' FROM dedup_sweeper"
+		),
 		"wake-up $i: the launcher tried again");
 }
-is($node->log_count($offset, $no_slot), 1, '... and the WARNING was logged once');
+is($node->log_count($offset, $no_slot),
+	1, '... and the WARNING was logged once');
 
 $node->stop;
 done_testing();

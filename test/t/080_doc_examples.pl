@@ -73,9 +73,10 @@ my $node = DedupNode->create(
 	conf   => { 'dedup.sweep_role' => 'dedup_sweeper' });
 my $db = 'shop';
 $node->safe_psql('postgres', "CREATE DATABASE $db");
+
 # this file's own queries as the DBA, with the search_path the README gives
 $node->safe_psql($db,
-q{ALTER ROLE CURRENT_USER IN DATABASE shop SET search_path = dedup, "$user", public}
+	q{ALTER ROLE CURRENT_USER IN DATABASE shop SET search_path = dedup, "$user", public}
 );
 my $dba_path = q{SET search_path = dedup, "$user", public;};
 
@@ -102,7 +103,8 @@ sub blocks
 				line   => $i + 1,
 				indent => $indent,
 				marker => $marker,
-				text   => '' };
+				text   => ''
+			};
 		}
 		elsif ($open && $line =~ /^\s*```\s*$/)
 		{
@@ -143,7 +145,7 @@ sub run_sql
 	ok($ret == 0 && $err !~ /ERROR:/,
 		"$where runs" . (defined $role ? " as $role" : ''))
 	  or diag(
-"$where: the block failed (exit $ret):\n$err\n--- the block:\n$b->{text}"
+		"$where: the block failed (exit $ret):\n$err\n--- the block:\n$b->{text}"
 	  );
 }
 
@@ -249,7 +251,7 @@ sub run_python
 			'>', \$out, '2>', \$err);
 		ok($compiled, "$where compiles") or diag($err);
 		my $position =
-"SELECT next_offset FROM dedup.dedup_stream_positions('billing', 'payments') WHERE partition = 3";
+		  "SELECT next_offset FROM dedup.dedup_stream_positions('billing', 'payments') WHERE partition = 3";
 		my $before =
 		  $node->safe_psql($db, "SELECT sum(balance) FROM public.accounts");
 		my $from = $node->safe_psql($db, $position);
@@ -274,16 +276,18 @@ sub run_python
 		my $driver = $i ? 'psycopg2' : 'psycopg';
 		my ($out, $err);
 		my $ran = IPC::Run::run(
-			[   $python[$i], "$tmp/handle.py",
+			[
+				$python[$i], "$tmp/handle.py",
 				$driver,     $connstr,
-				$script,     "evt-doc-$handled-$driver" ],
+				$script,     "evt-doc-$handled-$driver"
+			],
 			'>',
 			\$out,
 			'2>',
 			\$err);
 		ok($ran, "$where runs with $driver") or diag("$where: $err");
 		is($out, "14\n",
-"$where with $driver: two messages applied once each, a redelivery skipped, the connection kept"
+			"$where with $driver: two messages applied once each, a redelivery skipped, the connection kept"
 		);
 	}
 }
@@ -307,7 +311,7 @@ for my $file (@files)
 		if ($b->{lang} eq 'python')
 		{
 			die
-"$name:$b->{line}: a python block is neither run nor marked <!-- not run: why -->\n"
+			  "$name:$b->{line}: a python block is neither run nor marked <!-- not run: why -->\n"
 			  unless $b->{marker} =~ /^run: python/;
 			run_python($name, $b);
 		}
@@ -361,7 +365,7 @@ ok( $later >= 0
 );
 is( $node->safe_psql(
 		$db,
-"SELECT string_agg(message_id, ',') FROM dedup.processed_messages WHERE consumer_name = 'surprise'"
+		"SELECT string_agg(message_id, ',') FROM dedup.processed_messages WHERE consumer_name = 'surprise'"
 	),
 	'd',
 	'operations.md: the later claim is what is left');

@@ -32,10 +32,16 @@ use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = DedupNode->create('outbox', sweeps => 'on request',
-	conf => { wal_level => 'logical', max_replication_slots => 4,
-		max_wal_senders => 4 });
-$node->safe_psql('postgres', q{
+my $node = DedupNode->create(
+	'outbox',
+	sweeps => 'on request',
+	conf   => {
+		wal_level             => 'logical',
+		max_replication_slots => 4,
+		max_wal_senders       => 4
+	});
+$node->safe_psql(
+	'postgres', q{
 CREATE SCHEMA dedup;
 CREATE EXTENSION dedup SCHEMA dedup;
 ALTER DATABASE postgres SET search_path = public, dedup;
@@ -44,13 +50,15 @@ ALTER DATABASE postgres SET search_path = public, dedup;
 ###############################################################################
 note('1. WAL mode');
 
-$node->safe_psql('postgres', q{
+$node->safe_psql(
+	'postgres', q{
 SELECT dedup_add_destination('events', 'wal');
 CREATE PUBLICATION outbox_pub;
 SELECT pg_create_logical_replication_slot('outbox_text', 'test_decoding');
 SELECT pg_create_logical_replication_slot('outbox_pgoutput', 'pgoutput');
 });
-my $ids = $node->safe_psql('postgres', q{
+my $ids = $node->safe_psql(
+	'postgres', q{
 BEGIN;
 SELECT dedup_claim('billing', 'in-1');
 SELECT dedup_publish('events', E'charged "42"\n', 'cust-1', '{"type": "charged"}');
@@ -66,7 +74,8 @@ ROLLBACK;
 my @ids = grep { /^[0-9a-f-]{36}$/ } split /\n/, $ids;
 is(scalar(@ids), 4, 'an id for each of the four publishes');
 
-my $decoded = $node->safe_psql('postgres', q{
+my $decoded = $node->safe_psql(
+	'postgres', q{
 SELECT c->>'id', c->>'destination', c->>'key', c->'headers', c->>'payload'
   FROM (SELECT substring(data FROM '^message: transactional: 1 prefix: dedup, sz: \d+ content:(.*)$')::jsonb AS c
 		  FROM pg_logical_slot_get_changes('outbox_text', NULL, NULL)
@@ -74,35 +83,46 @@ SELECT c->>'id', c->>'destination', c->>'key', c->'headers', c->>'payload'
 is( $decoded,
 	"$ids[0]|events|cust-1|{\"type\": \"charged\"}|charged \"42\"\n\n"
 	  . "$ids[2]|events||null|second",
-	'test_decoding: the two committed messages, transactional, prefix dedup, the JSON content (key and headers null when not given)');
-is( $node->safe_psql('postgres', q{
+	'test_decoding: the two committed messages, transactional, prefix dedup, the JSON content (key and headers null when not given)'
+);
+is( $node->safe_psql(
+		'postgres', q{
 SELECT $1 = (SELECT regexp_replace(overlay(overlay(encode(substr(d, 1, 16), 'hex') PLACING '8' FROM 13 FOR 1)
 		PLACING substr('89ab', (get_byte(d, 8) >> 4 & 3) + 1, 1) FROM 17 FOR 1),
 		'^(.{8})(.{4})(.{4})(.{4})(.{12})$', '\1-\2-\3-\4-\5')
   FROM sha256('dedup-outbox-v1'::bytea || '\x00'::bytea
 	|| int4send(7) || convert_to('billing', 'UTF8') || int4send(4) || convert_to('in-1', 'UTF8')
-	|| int4send(6) || convert_to('events', 'UTF8') || int4send(3)) h(d))} =~ s/\$1/'$ids[2]'/r),
-	't', 'the second committed message: derived from the claim, the third publish since it (the one rolled back counts)');
+	|| int4send(6) || convert_to('events', 'UTF8') || int4send(3)) h(d))} =~
+		  s/\$1/'$ids[2]'/r),
+	't',
+	'the second committed message: derived from the claim, the third publish since it (the one rolled back counts)'
+);
 
-is( $node->safe_psql('postgres', q{
+is( $node->safe_psql(
+		'postgres', q{
 SELECT count(*) FILTER (WHERE get_byte(data, 0) = ascii('M')
 						 AND position(convert_to('dedup', 'UTF8') || '\x00'::bytea IN data) > 0
 						 AND position(convert_to('"payload": "second"', 'UTF8') IN data) > 0),
 	   count(*) FILTER (WHERE position(convert_to('rolled back', 'UTF8') IN data) > 0)
   FROM pg_logical_slot_get_binary_changes('outbox_pgoutput', NULL, NULL,
-		'proto_version', '1', 'publication_names', 'outbox_pub', 'messages', 'true')}),
+		'proto_version', '1', 'publication_names', 'outbox_pub', 'messages', 'true')}
+	),
 	'1|0',
-	'pgoutput (messages true): the committed message as a Message record with prefix dedup, none of the rolled back ones');
+	'pgoutput (messages true): the committed message as a Message record with prefix dedup, none of the rolled back ones'
+);
 is($node->safe_psql('postgres', 'SELECT count(*) FROM dedup_outbox'),
 	'0', 'WAL mode stores nothing in dedup_outbox');
 
-$node->safe_psql('postgres', q{SELECT dedup_publish('events', repeat('x', 100000))});
-is( $node->safe_psql('postgres', q{
+$node->safe_psql('postgres',
+	q{SELECT dedup_publish('events', repeat('x', 100000))});
+is( $node->safe_psql(
+		'postgres', q{
 SELECT slot_name, plugin, lag_bytes > 100000, wal_status
   FROM dedup_outbox_slots ORDER BY slot_name}),
 	"outbox_pgoutput|pgoutput|t|reserved\noutbox_text|test_decoding|t|reserved",
 	'dedup_outbox_slots: both slots, behind by the message not read yet');
-$node->safe_psql('postgres', q{
+$node->safe_psql(
+	'postgres', q{
 SELECT count(*) FROM pg_logical_slot_get_changes('outbox_text', NULL, NULL);
 SELECT pg_drop_replication_slot('outbox_text');
 SELECT pg_drop_replication_slot('outbox_pgoutput');
@@ -111,7 +131,8 @@ SELECT pg_drop_replication_slot('outbox_pgoutput');
 ###############################################################################
 note('2. the retention worker');
 
-$node->safe_psql('postgres', q{
+$node->safe_psql(
+	'postgres', q{
 SELECT dedup_add_destination('q');
 SELECT dedup_publish('q', 'm' || i) FROM generate_series(1, 9) i;
 -- 5 sent two hours ago, 1 sent ten minutes ago, 3 unsent (published a year ago)
@@ -120,38 +141,52 @@ UPDATE dedup_outbox SET sent_at = now() - interval '10 minutes' WHERE seq = 6;
 UPDATE dedup_outbox SET created_at = now() - interval '1 year' WHERE seq > 6;
 });
 $node->set_config('dedup.outbox_retention', '-1', '-1');
-is($node->sweep('postgres'), 'done', 'a sweep with dedup.outbox_retention = -1');
+is($node->sweep('postgres'),
+	'done', 'a sweep with dedup.outbox_retention = -1');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM dedup_outbox'),
 	'9', '-1: every message kept');
 
 $node->set_config('dedup.outbox_retention', '1h', '1h');
-$node->set_config('dedup.sweep_batch_size', '2', '2');
+$node->set_config('dedup.sweep_batch_size', '2',  '2');
 my $before = $node->safe_psql('postgres',
 	'SELECT total_rows_deleted FROM dedup_sweeper');
-is($node->sweep('postgres'), 'done', 'a sweep with dedup.outbox_retention = 1h');
-is( $node->safe_psql('postgres',
-		q{SELECT string_agg(seq || ':' || (sent_at IS NOT NULL), ',' ORDER BY seq) FROM dedup_outbox}),
+is($node->sweep('postgres'),
+	'done', 'a sweep with dedup.outbox_retention = 1h');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT string_agg(seq || ':' || (sent_at IS NOT NULL), ',' ORDER BY seq) FROM dedup_outbox}
+	),
 	'6:true,7:false,8:false,9:false',
-	'the 5 messages sent two hours ago are deleted; the one sent ten minutes ago and the unsent ones stay');
-is($node->safe_psql('postgres', 'SELECT total_rows_deleted FROM dedup_sweeper') - $before,
-	5, 'dedup_sweeper counts them');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM dedup_outbox_backlog WHERE destination = 'q' AND unsent = 3}),
-	'1', 'dedup_outbox_backlog: 3 unsent');
+	'the 5 messages sent two hours ago are deleted; the one sent ten minutes ago and the unsent ones stay'
+);
+is( $node->safe_psql('postgres',
+		'SELECT total_rows_deleted FROM dedup_sweeper') - $before,
+	5,
+	'dedup_sweeper counts them');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT count(*) FROM dedup_outbox_backlog WHERE destination = 'q' AND unsent = 3}
+	),
+	'1',
+	'dedup_outbox_backlog: 3 unsent');
 
 ###############################################################################
 note('3. the audited resend');
 
-$node->safe_psql('postgres', q{
+$node->safe_psql(
+	'postgres', q{
 CREATE ROLE outbox_ops LOGIN;
 GRANT USAGE ON SCHEMA dedup TO outbox_ops;
 GRANT EXECUTE ON FUNCTION dedup.dedup_outbox_resend(text) TO outbox_ops;
 UPDATE dedup_outbox SET message_id = E'evil\nLOG:  forged', sent_at = now() WHERE seq = 7;
 });
 my $offset = -s $node->logfile;
-is( $node->safe_psql('postgres',
+is( $node->safe_psql(
+		'postgres',
 		q{SELECT dedup_outbox_resend(E'evil\nLOG:  forged'), dedup_outbox_resend(E'evil\nLOG:  forged')},
 		extra_params => [ '-U', 'outbox_ops' ]),
-	't|f', 'resent once; the second call finds it unsent');
+	't|f',
+	'resent once; the second call finds it unsent');
 ok( $node->wait_log_count(
 		$offset,
 		qr/dedup audit: role 'outbox_ops' \(session user 'outbox_ops'\) made outbox message id E'evil\\nLOG:  forged' \(seq 7\) unsent again in transaction \d+/,
@@ -162,35 +197,50 @@ ok( $node->wait_log_count(
 		qr/dedup audit: role 'outbox_ops' \(session user 'outbox_ops'\) found no sent outbox message with id E'evil\\nLOG:  forged' to send again/,
 		1),
 	'so is the call that found nothing');
-is($node->safe_psql('postgres', 'SELECT sent_at IS NULL, lease_holder IS NULL FROM dedup_outbox WHERE seq = 7'),
-	't|t', 'the message is unsent, without a lease');
+is( $node->safe_psql(
+		'postgres',
+		'SELECT sent_at IS NULL, lease_holder IS NULL FROM dedup_outbox WHERE seq = 7'
+	),
+	't|t',
+	'the message is unsent, without a lease');
 
 ###############################################################################
 note('4. pg_dump and pg_restore');
 
 my $tmpdir = PostgreSQL::Test::Utils::tempdir;
-my @conn = ('-h', $node->host, '-p', $node->port);
-$node->safe_psql('postgres', q{
+my @conn   = ('-h', $node->host, '-p', $node->port);
+$node->safe_psql(
+	'postgres', q{
 CREATE ROLE publisher;
 SELECT dedup_allow_publisher('q', 'publisher');
 CREATE DATABASE restored;
 });
-command_ok([ 'pg_dump', @conn, '-Fc', '-f', "$tmpdir/outbox.dump", 'postgres' ],
+command_ok(
+	[ 'pg_dump', @conn, '-Fc', '-f', "$tmpdir/outbox.dump", 'postgres' ],
 	'pg_dump -Fc');
 command_ok(
-	[ 'pg_restore', @conn, '--exit-on-error', '-d', 'restored', "$tmpdir/outbox.dump" ],
+	[
+		'pg_restore',      @conn,
+		'--exit-on-error', '-d',
+		'restored',        "$tmpdir/outbox.dump"
+	],
 	'pg_restore');
-is( $node->safe_psql('restored', q{
+is( $node->safe_psql(
+		'restored', q{
 SET search_path = dedup;
 SELECT (SELECT string_agg(destination || ':' || mode, ',' ORDER BY destination) FROM dedup_outbox_destinations),
 	   (SELECT string_agg(destination || ':' || publisher, ',') FROM dedup_outbox_publishers),
-	   (SELECT string_agg(seq || ':' || payload, ',' ORDER BY seq) FROM dedup_outbox)}),
+	   (SELECT string_agg(seq || ':' || payload, ',' ORDER BY seq) FROM dedup_outbox)}
+	),
 	'events:wal,q:table|q:publisher|7:m7,8:m8,9:m9',
-	'restored: the destinations, the mapping, the unsent messages (not the sent one)');
-is( $node->safe_psql('restored', q{
+	'restored: the destinations, the mapping, the unsent messages (not the sent one)'
+);
+is( $node->safe_psql(
+		'restored', q{
 SET search_path = dedup;
 SELECT dedup_publish('q', 'after the restore') IS NOT NULL;
 SELECT max(seq) > 9 FROM dedup_outbox}),
-	"t\nt", 'a publish after the restore takes a seq past the restored ones');
+	"t\nt",
+	'a publish after the restore takes a seq past the restored ones');
 
 done_testing();
