@@ -334,6 +334,24 @@ SELECT dedup_publish('orders', 'same payload');
 \echo :LAST_ERROR_SQLSTATE
 DROP INDEX extra;
 SELECT count(*) AS rows FROM dedup_outbox WHERE payload IN ('x', 'same payload');
+-- a CHECK constraint, a changed default, an added column act as the INSERT
+-- says too (dedup_publish writes the table directly only as 1.4 made it)
+ALTER TABLE dedup_outbox ADD CONSTRAINT short_payload CHECK (length(payload) < 10) NOT VALID;
+\set VERBOSITY terse
+SELECT dedup_publish('orders', 'a payload too long');
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE dedup_outbox DROP CONSTRAINT short_payload;
+ALTER TABLE dedup_outbox ALTER attempts SET DEFAULT 5;
+SELECT dedup_publish('orders', 'default 5') IS NOT NULL AS published;
+SELECT attempts FROM dedup_outbox WHERE payload = 'default 5';
+ALTER TABLE dedup_outbox ALTER attempts SET DEFAULT 0;
+ALTER TABLE dedup_outbox ADD COLUMN tenant text NOT NULL DEFAULT 'acme';
+SELECT dedup_publish('orders', 'added column') IS NOT NULL AS published;
+SELECT tenant FROM dedup_outbox WHERE payload = 'added column';
+ALTER TABLE dedup_outbox DROP COLUMN tenant;
+SELECT dedup_publish('orders', 'after a dropped column') IS NOT NULL AS published;
+SELECT attempts, created_at > now() - interval '1 hour' AS recent FROM dedup_outbox WHERE payload = 'after a dropped column';
 
 DROP EXTENSION dedup;
 DROP SCHEMA dedup;

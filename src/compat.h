@@ -191,4 +191,16 @@ dedup_wait_event(const char *name, uint32 *event)
 	LogLogicalMessage((prefix), (message), (size), (transactional))
 #endif
 
+/*
+ * The sequence of an identity column (17 takes the relation, not its OID);
+ * catalog/dependency.h declares it
+ */
+#if PG_VERSION_NUM >= 170000
+#define dedup_identity_sequence(rel, attnum) \
+	getIdentitySequence((rel), (attnum), true)
+#else
+#define dedup_identity_sequence(rel, attnum) \
+	getIdentitySequence(RelationGetRelid(rel), (attnum), true)
+#endif
+
 #endif							/* DEDUP_COMPAT_H */

@@ -96,6 +96,10 @@ extern ClaimOutcome dedup_claim_writer_insert(ClaimWriter *writer,
 extern bool dedup_claim_writer_upsert(ClaimWriter *writer,
 									  const Datum *values, int nvalues,
 									  ClaimUpdateTest test, void *arg);
+extern ClaimOutcome dedup_claim_writer_insert_row(ClaimWriter *writer,
+												  const Datum *values,
+												  const bool *nulls,
+												  int nvalues);
 extern void dedup_claim_writer_end(ClaimWriter *writer);
 
 /* the claims' heartbeat (heartbeat.c) */

@@ -23,6 +23,10 @@
  * is made as a dirty read of each arbiter index, and a claim of the same
  * key in progress elsewhere is an answer instead of a wait.
  *
+ * dedup_publish (outbox/publish.c) writes its rows into dedup_outbox the
+ * same way, as INSERT ... ON CONFLICT (message_id) DO NOTHING
+ * (dedup_claim_writer_insert_row).
+ *
  * The claims by offset (stream_offsets.c) use the same insertion into
  * stream_positions, as INSERT ... ON CONFLICT (consumer_name, stream,
  * partition) DO UPDATE ... WHERE: a row with the key is locked, as that
@@ -588,6 +592,34 @@ dedup_claim_writer_insert(ClaimWriter *writer, Datum consumer,
 	if (outcome == CLAIM_DUPLICATE)
 		claim_check_conflict(writer, &conflict_tid, fingerprint,
 							 has_fingerprint);
+	claim_writer_finish(writer);
+	return outcome;
+}
+
+/*
+ * INSERT ... ON CONFLICT DO NOTHING of any row into the writer's table
+ * (dedup_publish's into dedup_outbox, outbox/publish.c): the row whose
+ * first nvalues attributes are values, nulls saying which are NULL (every
+ * other attribute NULL), inserted unless a row with its key is there
+ * already; returns CLAIM_CLAIMED if it was written, CLAIM_DUPLICATE if
+ * not.  Inserted at once, as a claim is (claim_last_duplicate aside); a
+ * duplicate is checked as for a claim without a fingerprint (a row this
+ * transaction's snapshot must not see is a serialization failure).
+ */
+ClaimOutcome
+dedup_claim_writer_insert_row(ClaimWriter *writer, const Datum *values,
+							  const bool *nulls, int nvalues)
+{
+	TupleTableSlot *slot = claim_writer_start(writer, values, nvalues);
+	ItemPointerData conflict_tid;
+	ClaimOutcome outcome;
+
+	memcpy(slot->tts_isnull, nulls, nvalues * sizeof(bool));
+	ExecStoreVirtualTuple(slot);
+	outcome = claim_writer_put(writer, true, IsolationIsSerializable(),
+							   &conflict_tid);
+	if (outcome == CLAIM_DUPLICATE)
+		claim_check_conflict(writer, &conflict_tid, (Datum) 0, false);
 	claim_writer_finish(writer);
 	return outcome;
 }

@@ -14,7 +14,9 @@
  * skipped (SKIP LOCKED) and deleted at a later sweep.  The retention worker
  * deletes at most dedup.sweep_batch_size messages per transaction, as the
  * owner of dedup_outbox in a security-restricted operation, after the
- * claims of its database (sweeper.c), paced and bounded as they are.
+ * claims of its database (sweeper.c), paced and bounded as they are; the
+ * sweeper then vacuums dedup_outbox as it vacuums processed_messages, when
+ * enough of it is dead (sweep_vacuum.c).
  *
  *-------------------------------------------------------------------------
  */

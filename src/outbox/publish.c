@@ -8,22 +8,31 @@
  *
  * dedup_publish() runs as its caller, who needs EXECUTE on it and nothing
  * on the tables: the publisher mapping (dedup_outbox_publishers) is checked
- * for the caller, then the destination is read and the row written through
- * SPI as the owner of dedup_outbox, in a security-restricted operation (as
- * REFRESH MATERIALIZED VIEW runs as a view's owner), with two plans kept
- * for the backend's life.  Each backend keeps the destinations it has
+ * for the caller, then the destination is read and the row written as the
+ * owner of dedup_outbox, in a security-restricted operation (as REFRESH
+ * MATERIALIZED VIEW runs as a view's owner).  The destination is read
+ * through SPI, with a plan kept for the backend's life, unless this backend
+ * has it in its cache already; a message to a WAL-mode destination then
+ * writes a WAL record and nothing else, as its caller, since no other
+ * role's code can run there.  The row is written directly, as the claims
+ * write processed_messages (claim/claim_writer.c), while dedup_outbox is as
+ * version 1.4 made it (publish_direct_possible), and through SPI with a
+ * kept plan otherwise.  Each backend keeps the destinations it has
  * published to, with their mode and publishers: every change of
  * dedup_outbox_destinations or dedup_outbox_publishers invalidates their
  * relcache entries (row and TRUNCATE triggers that fire always, the
  * function of dedup_consumer_roles' triggers), which empties the cache,
- * so a change applies to the transactions that start after it commits.  Their statements name the extension's schema,
- * call only pg_catalog's operators, and are prepared again when the
- * extension or its schema changes.  The row is written with INSERT ... ON
- * CONFLICT (message_id) DO NOTHING: a message whose id is there already
- * (the same incoming message handled again) is not written twice.  What a
- * superuser adds to the table acts as it says (a trigger, row security
- * forced on its owner, another unique index raise their errors), but for a
- * rule, which could discard messages silently: refused.
+ * so a change applies to the transactions that start after it commits.
+ * The plans' statements name the extension's schema, call only
+ * pg_catalog's operators, and are prepared again when the extension or its
+ * schema changes.  The row is written as INSERT ... ON
+ * CONFLICT (message_id) DO NOTHING writes it: a message whose id is there
+ * already (the same incoming message handled again) is not written twice.
+ * What a superuser adds to the table acts as it says (a trigger, a CHECK
+ * constraint, row security forced on its owner, another unique index raise
+ * their errors; a changed default or an added column is filled in): the
+ * row is then written through SPI.  A rule, which could discard messages
+ * silently, is refused.
  *
  * In WAL mode the message is a transactional logical decoding message with
  * the prefix "dedup" (what pg_logical_emit_message(true, 'dedup', ...)
@@ -38,16 +47,22 @@
 #include "access/detoast.h"
 #include "access/table.h"
 #include "access/xlog.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_attribute.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/primnodes.h"
 #include "replication/message.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/json.h"
@@ -58,6 +73,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "claim/claim.h"
 #include "compat.h"
 #include "keys.h"
 #include "outbox/outbox.h"
@@ -89,6 +105,46 @@ typedef struct PublishPlans
 static PublishPlans plans;
 static bool plans_callbacks = false;
 
+/* The columns of dedup_outbox as version 1.4 creates them, in order */
+static const struct
+{
+	const char *name;
+	Oid			type;
+}			outbox_columns[] = {
+	{"seq", INT8OID},
+	{"message_id", TEXTOID},
+	{"destination", TEXTOID},
+	{"key", TEXTOID},
+	{"headers", JSONBOID},
+	{"payload", TEXTOID},
+	{"created_at", TIMESTAMPTZOID},
+	{"lease_until", TIMESTAMPTZOID},
+	{"lease_holder", TEXTOID},
+	{"attempts", INT4OID},
+	{"sent_at", TIMESTAMPTZOID}
+};
+
+#define OUTBOX_NATTS		lengthof(outbox_columns)
+#define OUTBOX_SEQ			1
+#define OUTBOX_MESSAGE_ID	2
+#define OUTBOX_CREATED_AT	7
+#define OUTBOX_ATTEMPTS		10
+
+/*
+ * May dedup_outbox be written directly (publish_direct_possible)?  Decided
+ * again after any change of the table (its relcache entry invalidated),
+ * with the sequence of its seq column.
+ */
+typedef enum OutboxDirect
+{
+	OUTBOX_DIRECT_UNKNOWN,
+	OUTBOX_DIRECT_NO,
+	OUTBOX_DIRECT_YES
+} OutboxDirect;
+
+static OutboxDirect outbox_direct = OUTBOX_DIRECT_UNKNOWN;
+static Oid	outbox_seq = InvalidOid;
+
 /* A destination as this backend last read it (the cache's entries) */
 typedef struct Destination
 {
@@ -115,16 +171,22 @@ static void
 publish_plans_reset(Datum arg, int cacheid, uint32 hashvalue)
 {
 	plans.extension = InvalidOid;
+	outbox_direct = OUTBOX_DIRECT_UNKNOWN;
 	publish_destinations_reset();
 }
 
-/* A destination or its mapping changed (or every relation: InvalidOid) */
+/*
+ * A destination or its mapping changed, or dedup_outbox (or every
+ * relation: InvalidOid)
+ */
 static void
 publish_destinations_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == plans.destinations ||
 		relid == plans.publishers)
 		publish_destinations_reset();
+	if (relid == InvalidOid || relid == plans.outbox)
+		outbox_direct = OUTBOX_DIRECT_UNKNOWN;
 }
 
 /*
@@ -220,6 +282,7 @@ publish_plans(const DedupRelations *rels)
 		SPI_freeplan(plans.insert);
 	plans.lookup = plans.insert = NULL;
 	plans.extension = InvalidOid;
+	outbox_direct = OUTBOX_DIRECT_UNKNOWN;
 	publish_destinations_reset();
 
 	plans.outbox = dedup_member_table("dedup_outbox");
@@ -257,13 +320,11 @@ publish_plans(const DedupRelations *rels)
  * Refuse to write through a rule on dedup_outbox: one that rewrote the
  * INSERT into nothing would lose every message silently (and leave the
  * kept plan with nothing to depend on, so it stayed so after the rule was
- * dropped).  Locked as the INSERT locks it.
+ * dropped).  rel is open, locked as the INSERT locks it.
  */
 static void
-publish_check_rules(Oid outbox)
+publish_check_rules(Relation rel)
 {
-	Relation	rel = table_open(outbox, RowExclusiveLock);
-
 	if (rel->rd_rules != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -271,7 +332,127 @@ publish_check_rules(Oid outbox)
 						RelationGetRelationName(rel)),
 				 errdetail("dedup_publish() does not write through rules: one could discard messages."),
 				 errhint("Drop the rules of the table.")));
-	table_close(rel, NoLock);
+}
+
+/*
+ * Is the default expression adbin of column attnum of dedup_outbox the one
+ * version 1.4 gives it: now() for created_at, 0 for attempts?
+ */
+static bool
+publish_default_is(AttrNumber attnum, const char *adbin)
+{
+	Node	   *expr = stringToNode(adbin);
+
+	if (attnum == OUTBOX_CREATED_AT)
+		return IsA(expr, FuncExpr) && ((FuncExpr *) expr)->funcid == F_NOW;
+	return attnum == OUTBOX_ATTEMPTS && IsA(expr, Const) &&
+		((Const *) expr)->consttype == INT4OID &&
+		!((Const *) expr)->constisnull &&
+		DatumGetInt32(((Const *) expr)->constvalue) == 0;
+}
+
+/*
+ * May dedup_outbox (rel, locked) be written directly, as the claims write
+ * processed_messages (claim/claim_writer.c)?  Only when nothing on it would
+ * act on the INSERT that the direct write would skip: no trigger, CHECK
+ * constraint, row security or generated column, the columns of 1.4 with
+ * their defaults (identity for seq, now() for created_at, 0 for attempts)
+ * and nothing else, and message_id its primary key, not deferrable.
+ * Otherwise dedup_publish writes through SPI, where all of that acts as
+ * it says.  Decided once per change of the table; sets outbox_seq.
+ */
+static bool
+publish_direct_possible(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleConstr *constr = desc->constr;
+	HeapTuple	tuple;
+	Form_pg_index index;
+	List	   *indexes;
+	bool		key;
+
+	if (outbox_direct != OUTBOX_DIRECT_UNKNOWN)
+		return outbox_direct == OUTBOX_DIRECT_YES;
+	outbox_direct = OUTBOX_DIRECT_NO;
+	if (rel->trigdesc != NULL || rel->rd_rel->relrowsecurity ||
+		desc->natts != OUTBOX_NATTS ||
+		(constr != NULL && (constr->num_check > 0 || constr->has_generated_stored)))
+		return false;
+	for (int i = 0; i < OUTBOX_NATTS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		AttrNumber	attnum = i + 1;
+
+		if (att->attisdropped || att->attgenerated != '\0' ||
+			att->atttypid != outbox_columns[i].type ||
+			strcmp(NameStr(att->attname), outbox_columns[i].name) != 0 ||
+			att->attidentity != (attnum == OUTBOX_SEQ ? ATTRIBUTE_IDENTITY_ALWAYS : '\0') ||
+			att->atthasdef != (attnum == OUTBOX_CREATED_AT || attnum == OUTBOX_ATTEMPTS))
+			return false;
+	}
+	for (int i = 0; constr != NULL && i < constr->num_defval; i++)
+		if (!publish_default_is(constr->defval[i].adnum, constr->defval[i].adbin))
+			return false;
+
+	/* ON CONFLICT (message_id): its primary key, checked at once */
+	indexes = RelationGetIndexList(rel);
+	list_free(indexes);
+	if (!OidIsValid(rel->rd_pkindex))
+		return false;
+	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(rel->rd_pkindex));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	index = (Form_pg_index) GETSTRUCT(tuple);
+	key = index->indnkeyatts == 1 &&
+		index->indkey.values[0] == OUTBOX_MESSAGE_ID &&
+		index->indimmediate && index->indisvalid;
+	ReleaseSysCache(tuple);
+	if (!key)
+		return false;
+
+	outbox_seq = dedup_identity_sequence(rel, OUTBOX_SEQ);
+	if (!OidIsValid(outbox_seq))
+		return false;
+	outbox_direct = OUTBOX_DIRECT_YES;
+	return true;
+}
+
+/*
+ * Write the message into dedup_outbox (rel, locked, as publish_direct_possible
+ * allows) directly: what INSERT ... ON CONFLICT (message_id) DO NOTHING
+ * with the columns' defaults writes, as the claims write processed_messages
+ * (claim/claim_writer.c), without a plan or an executor.  Called as the
+ * table's owner in a security-restricted operation: the sequence's
+ * privileges are the owner's, and the expressions of an index a superuser
+ * added run restricted.
+ */
+static void
+publish_direct(Relation rel, const char *id, text *destination,
+			   text *payload, text *key, Jsonb *headers)
+{
+	/* seq, message_id, destination, key, headers, payload, created_at */
+	Datum		values[OUTBOX_ATTEMPTS] = {
+		Int64GetDatum(nextval_internal(outbox_seq, true)),
+		CStringGetTextDatum(id),
+		PointerGetDatum(destination),
+		PointerGetDatum(key),
+		PointerGetDatum(headers),
+		PointerGetDatum(payload),
+		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())
+	};
+
+	/* lease_until and lease_holder NULL, attempts 0; sent_at NULL */
+	bool		nulls[OUTBOX_ATTEMPTS] = {
+		false, false, false, key == NULL, headers == NULL, false, false,
+		true, true, false
+	};
+	ClaimWriter *writer;
+
+	values[OUTBOX_ATTEMPTS - 1] = Int32GetDatum(0);
+
+	writer = dedup_claim_writer_begin(rel, rel->rd_pkindex, 0, true);
+	(void) dedup_claim_writer_insert_row(writer, values, nulls, OUTBOX_ATTEMPTS);
+	dedup_claim_writer_end(writer);
 }
 
 /*
@@ -304,8 +485,34 @@ publish_check_publisher(Oid user, text *destination, const Oid *publishers,
 }
 
 /*
- * The destination, from this backend's cache or read (connected to SPI, as
- * the owner of the tables) and kept; raises its error if there is none, or
+ * The destination from this backend's cache, if the plans are those of the
+ * extension as it is now (rels) and the destination is there: then raises
+ * the error if user may not publish to it, sets *wal to whether it is in
+ * WAL mode and returns true.  Nothing is read: no SPI, no other role.
+ */
+static bool
+publish_cached_destination(const DedupRelations *rels, Oid user,
+						   text *destination, bool *wal)
+{
+	char		name[DEDUP_OUTBOX_MAX_NAME_BYTES + 1] = {0};
+	Destination *entry;
+
+	if (destinations == NULL || plans.extension != rels->extension ||
+		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(plans.outbox)))
+		return false;
+	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
+	entry = hash_search(destinations, name, HASH_FIND, NULL);
+	if (entry == NULL)
+		return false;
+	publish_check_publisher(user, destination, entry->publishers,
+							entry->npublishers);
+	*wal = entry->wal;
+	return true;
+}
+
+/*
+ * The destination, read (connected to SPI, as the owner of the tables)
+ * and kept in this backend's cache; raises its error if there is none, or
  * if user may not publish to it.  Read with a snapshot taken after both
  * tables are locked: every change that this snapshot cannot see has yet to
  * send its invalidation, which will empty the cache.  Returns whether it
@@ -330,17 +537,6 @@ publish_destination(Oid user, text *destination)
 	int			rc;
 
 	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
-	if (destinations != NULL)
-	{
-		entry = hash_search(destinations, name, HASH_FIND, NULL);
-		if (entry != NULL)
-		{
-			publish_check_publisher(user, destination, entry->publishers,
-									entry->npublishers);
-			return entry->wal;
-		}
-	}
-
 	LockRelationOid(plans.destinations, AccessShareLock);
 	LockRelationOid(plans.publishers, AccessShareLock);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
@@ -407,6 +603,10 @@ publish_wal(const char *id, text *destination, text *payload, text *key,
 				 errhint("Set wal_level = logical and restart the server, or put the destination in table mode with dedup_add_destination(destination, 'table').")));
 
 	initStringInfo(&content);
+	enlargeStringInfo(&content, VARSIZE_ANY_EXHDR(payload) +
+					  (key != NULL ? VARSIZE_ANY_EXHDR(key) : 0) +
+					  (headers != NULL ? VARSIZE(headers) : 0) +
+					  VARSIZE_ANY_EXHDR(destination) + 128);
 	appendStringInfoString(&content, "{\"id\": ");
 	escape_json(&content, id);
 	appendStringInfoString(&content, ", \"destination\": ");
@@ -430,6 +630,32 @@ publish_wal(const char *id, text *destination, text *payload, text *key,
 }
 
 /*
+ * Connect to SPI with the plans of the extension as it is now (rels); the
+ * caller finishes.  Raises the error of an extension whose tables are
+ * older than 1.4.
+ */
+static void
+publish_connect(const DedupRelations *rels)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!publish_plans(rels))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup_publish() needs version 1.4 of extension \"dedup\""),
+				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
+}
+
+/* Run as the owner of dedup_outbox in a security-restricted operation */
+static void
+publish_as_owner(int sec_context)
+{
+	SetUserIdAndSecContext(dedup_table_owner(plans.outbox),
+						   sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+}
+
+/*
  * dedup_publish(destination text, payload text, key text DEFAULT NULL,
  * headers jsonb DEFAULT NULL) RETURNS text
  *
@@ -446,10 +672,11 @@ dedup_publish(PG_FUNCTION_ARGS)
 	Jsonb	   *headers = NULL;
 	Oid			save_userid;
 	int			save_sec_context;
+	Relation	rel;
 	Datum		args[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	char		id[DEDUP_OUTBOX_ID_LEN + 1];
-	bool		wal;
+	bool		wal = false;
 	int			rc;
 
 	dedup_outbox_check_name("dedup_publish", "destination", PG_GETARG_DATUM(0),
@@ -481,19 +708,20 @@ dedup_publish(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("dedup_publish()");
 	rels = dedup_relations(false);
 
+	/*
+	 * A destination this backend has read already needs neither SPI nor the
+	 * owner's identity: a WAL-mode message then runs no other role's code
+	 * at all.
+	 */
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (!publish_plans(rels))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dedup_publish() needs version 1.4 of extension \"dedup\""),
-				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
-	SetUserIdAndSecContext(dedup_table_owner(plans.outbox),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-
-	wal = publish_destination(save_userid, destination);
+	if (!publish_cached_destination(rels, save_userid, destination, &wal))
+	{
+		publish_connect(rels);
+		publish_as_owner(save_sec_context);
+		wal = publish_destination(save_userid, destination);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		SPI_finish();
+	}
 
 	dedup_outbox_next_id(VARDATA_ANY(destination),
 						 VARSIZE_ANY_EXHDR(destination), id);
@@ -501,7 +729,18 @@ dedup_publish(PG_FUNCTION_ARGS)
 		publish_wal(id, destination, payload, key, headers);
 	else
 	{
-		publish_check_rules(plans.outbox);
+		publish_as_owner(save_sec_context);
+		rel = table_open(plans.outbox, RowExclusiveLock);
+		publish_check_rules(rel);
+		if (publish_direct_possible(rel))
+		{
+			publish_direct(rel, id, destination, payload, key, headers);
+			table_close(rel, NoLock);
+			SetUserIdAndSecContext(save_userid, save_sec_context);
+			PG_RETURN_TEXT_P(cstring_to_text(id));
+		}
+		table_close(rel, NoLock);
+		publish_connect(rels);
 		args[0] = CStringGetTextDatum(id);
 		args[1] = PointerGetDatum(destination);
 		args[2] = PointerGetDatum(key);
@@ -513,10 +752,10 @@ dedup_publish(PG_FUNCTION_ARGS)
 		if (rc != SPI_OK_INSERT)
 			elog(ERROR, "writing the outbox failed: %s",
 				 SPI_result_code_string(rc));
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		SPI_finish();
 	}
 
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(id));
 }
 

@@ -1,16 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * sweep_vacuum.c
- *	  The sweeper's VACUUM of processed_messages: after a sweep, when the
- *	  table's dead rows exceed dedup.sweep_vacuum_threshold of its live ones
- *	  (plus autovacuum_vacuum_threshold), the sweeper vacuums it at once.
+ *	  The sweeper's VACUUM of processed_messages and dedup_outbox: after a
+ *	  sweep, when a table's dead rows exceed dedup.sweep_vacuum_threshold of
+ *	  its live ones (plus autovacuum_vacuum_threshold), the sweeper vacuums
+ *	  it at once: processed_messages first, then dedup_outbox (1.4), each
+ *	  by the same rules, in the time left.
  *
  * Why: autovacuum looks at a table at most once per autovacuum_naptime, and
  * no per-table setting makes it come more often; with a short retention
  * window at full speed, the rows swept between two of its visits are
  * several times the live ones, and the table and its indexes grow to hold
  * them.  The sweeper knows when it has just made dead rows, and so vacuums
- * them while their pages are still in cache.
+ * them while their pages are still in cache.  The outbox is worse: each
+ * message leaves dead versions behind (its lease, its sending, its
+ * deletion by the retention worker's step, outbox/maintain.c).
  *
  * How: as a utility command runs, ExecVacuum() with a VacuumStmt built
  * here: a plain VACUUM (no FULL, no ANALYZE, no parallel workers, like
@@ -73,12 +77,25 @@
 #include "sweeper/sweeper_state.h"
 #include "tables/relations.h"
 
+/* The tables the sweeper vacuums, in this order */
+typedef enum SweepVacuumTable
+{
+	SWEEP_VACUUM_MESSAGES,		/* processed_messages */
+	SWEEP_VACUUM_OUTBOX			/* dedup_outbox (1.4) */
+} SweepVacuumTable;
+
+static const char *const sweep_vacuum_names[] = {
+	[SWEEP_VACUUM_MESSAGES] = "processed_messages",
+	[SWEEP_VACUUM_OUTBOX] = "dedup_outbox"
+};
+
 /*
  * The VACUUM running now, for dedup_sweep_vacuum_cut: the table
- * (InvalidOid while none runs), its VACUUM count before it, and the
- * database's name (read while in a transaction, for the log).
+ * (InvalidOid while none runs), its name, its VACUUM count before it, and
+ * the database's name (read while in a transaction, for the log).
  */
 static Oid	vacuum_relid = InvalidOid;
+static const char *vacuum_relname;
 static int64 vacuum_count_before;
 static NameData vacuum_database;
 
@@ -101,21 +118,26 @@ sweep_vacuum_set_costs(void)
 }
 
 /*
- * Does processed_messages need a VACUUM now, and may we have it?  Returns
- * its OID, with its VACUUM count so far in *vacuums, or InvalidOid.  In a
- * transaction.
+ * Does table need a VACUUM now, and may we have it?  Returns its OID, with
+ * its VACUUM count so far in *vacuums, or InvalidOid.  In a transaction.
  */
 static Oid
-sweep_vacuum_target(int64 *vacuums)
+sweep_vacuum_target(SweepVacuumTable table, int64 *vacuums)
 {
 	const DedupRelations *rels = dedup_relations(true);
+	const char *name = sweep_vacuum_names[table];
 	PgStat_StatTabEntry *entry;
+	Oid			relid;
 	double		dead;
 	double		live;
 
 	if (rels == NULL)
 		return InvalidOid;
-	entry = pgstat_fetch_stat_tabentry(rels->messages);
+	relid = table == SWEEP_VACUUM_MESSAGES ? rels->messages :
+		dedup_member_table("dedup_outbox");
+	if (!OidIsValid(relid))
+		return InvalidOid;
+	entry = pgstat_fetch_stat_tabentry(relid);
 	if (entry == NULL)
 		return InvalidOid;
 	dead = dedup_tabentry_dead_tuples(entry);
@@ -124,10 +146,10 @@ sweep_vacuum_target(int64 *vacuums)
 		return InvalidOid;
 
 	*vacuums = dedup_tabentry_vacuums(entry);
-	if (dedup_sweeper_vacuum_left(rels->messages, *vacuums))
+	if (dedup_sweeper_vacuum_left(relid, *vacuums))
 	{
-		elog(DEBUG1, "dedup sweep: not vacuuming processed_messages (%.0f dead rows, %.0f live): left to autovacuum since the time limit stopped this sweeper's last VACUUM of it",
-			 dead, live);
+		elog(DEBUG1, "dedup sweep: not vacuuming %s (%.0f dead rows, %.0f live): left to autovacuum since the time limit stopped this sweeper's last VACUUM of it",
+			 name, dead, live);
 		return InvalidOid;
 	}
 
@@ -135,26 +157,25 @@ sweep_vacuum_target(int64 *vacuums)
 	 * Autovacuum, or a DBA's VACUUM, may be at it already: then leave it
 	 * (SKIP_LOCKED would skip it too, but silently).
 	 */
-	if (!ConditionalLockRelationOid(rels->messages, ShareUpdateExclusiveLock))
+	if (!ConditionalLockRelationOid(relid, ShareUpdateExclusiveLock))
 	{
-		elog(DEBUG1, "dedup sweep: not vacuuming processed_messages (%.0f dead rows, %.0f live): another session holds its lock",
-			 dead, live);
+		elog(DEBUG1, "dedup sweep: not vacuuming %s (%.0f dead rows, %.0f live): another session holds its lock",
+			 name, dead, live);
 		return InvalidOid;
 	}
-	UnlockRelationOid(rels->messages, ShareUpdateExclusiveLock);
-	elog(DEBUG1, "dedup sweep: vacuuming processed_messages: %.0f dead rows, %.0f live",
-		 dead, live);
-	return rels->messages;
+	UnlockRelationOid(relid, ShareUpdateExclusiveLock);
+	elog(DEBUG1, "dedup sweep: vacuuming %s: %.0f dead rows, %.0f live",
+		 name, dead, live);
+	return relid;
 }
 
 /*
- * After a sweep, outside any transaction: VACUUM processed_messages if
- * enough of it is dead, unless deadline (0: none) has passed, where the
- * sweeper's statement timeout would stop it at once.  Returns whether it
- * did.
+ * Outside any transaction: VACUUM table if enough of it is dead, unless
+ * deadline (0: none) has passed, where the sweeper's statement timeout
+ * would stop it at once.  Returns whether it did.
  */
-bool
-dedup_sweep_vacuum(TimestampTz deadline)
+static bool
+sweep_vacuum_table(SweepVacuumTable table, TimestampTz deadline)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext vacuum_context;
@@ -163,22 +184,18 @@ dedup_sweep_vacuum(TimestampTz deadline)
 	Oid			relid;
 	int64		vacuums = 0;
 
-	if (dedup_sweep_vacuum_threshold <= 0)
-		return false;
 	if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 	{
-		elog(DEBUG1, "dedup sweep: not vacuuming processed_messages: the sweep has reached dedup.sweep_max_duration");
+		elog(DEBUG1, "dedup sweep: not vacuuming %s: the sweep has reached dedup.sweep_max_duration",
+			 sweep_vacuum_names[table]);
 		return false;
 	}
-
-	/* the counts we read include our own deletes */
-	pgstat_report_stat(true);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	pgstat_report_activity(STATE_RUNNING, "dedup sweep: counting dead rows");
 	PushActiveSnapshot(GetTransactionSnapshot());
-	relid = sweep_vacuum_target(&vacuums);
+	relid = sweep_vacuum_target(table, &vacuums);
 	PopActiveSnapshot();
 	if (!OidIsValid(relid))
 	{
@@ -190,7 +207,10 @@ dedup_sweep_vacuum(TimestampTz deadline)
 
 	sweep_vacuum_set_costs();
 	dedup_sweeper_vacuuming();
-	pgstat_report_activity(STATE_RUNNING, "dedup sweep: vacuuming processed_messages");
+	pgstat_report_activity(STATE_RUNNING,
+						   table == SWEEP_VACUUM_MESSAGES ?
+						   "dedup sweep: vacuuming processed_messages" :
+						   "dedup sweep: vacuuming dedup_outbox");
 
 	/* what must outlive vacuum()'s commits */
 	vacuum_context = AllocSetContextCreate(caller_context, "dedup sweep vacuum",
@@ -206,6 +226,7 @@ dedup_sweep_vacuum(TimestampTz deadline)
 	pstate = make_parsestate(NULL);
 
 	vacuum_relid = relid;
+	vacuum_relname = sweep_vacuum_names[table];
 	vacuum_count_before = vacuums;
 	namestrcpy(&vacuum_database, get_database_name(MyDatabaseId));
 	ExecVacuum(pstate, stmt, true);
@@ -217,6 +238,27 @@ dedup_sweep_vacuum(TimestampTz deadline)
 	MemoryContextDelete(vacuum_context);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return true;
+}
+
+/*
+ * After a sweep, outside any transaction: VACUUM processed_messages, then
+ * dedup_outbox, each if enough of it is dead, in the time left before
+ * deadline (0: none).  Returns whether it vacuumed either.
+ */
+bool
+dedup_sweep_vacuum(TimestampTz deadline)
+{
+	bool		vacuumed;
+
+	if (dedup_sweep_vacuum_threshold <= 0)
+		return false;
+
+	/* the counts we read include our own deletes */
+	pgstat_report_stat(true);
+
+	vacuumed = sweep_vacuum_table(SWEEP_VACUUM_MESSAGES, deadline);
+	vacuumed |= sweep_vacuum_table(SWEEP_VACUUM_OUTBOX, deadline);
+	return vacuumed;
 }
 
 /*
@@ -236,8 +278,9 @@ dedup_sweep_vacuum_cut(TimestampTz deadline)
 		return false;
 	dedup_sweeper_vacuum_cut(relid, vacuum_count_before);
 	ereport(LOG,
-			(errmsg("dedup sweep of database \"%s\" stopped its VACUUM of processed_messages at dedup.sweep_max_duration (%d s)",
-					NameStr(vacuum_database), dedup_sweep_max_duration),
+			(errmsg("dedup sweep of database \"%s\" stopped its VACUUM of %s at dedup.sweep_max_duration (%d s)",
+					NameStr(vacuum_database), vacuum_relname,
+					dedup_sweep_max_duration),
 			 errdetail("The sweep's expired rows are deleted.  The sweeper leaves the rest of the VACUUM to autovacuum, or any VACUUM of the table, before it vacuums the table again."),
 			 errhint("Raise dedup.sweep_max_duration to let the sweeper vacuum after large sweeps.")));
 	return true;

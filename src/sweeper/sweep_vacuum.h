@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * sweep_vacuum.h
- *	  The sweeper's VACUUM of processed_messages after a sweep that left
- *	  many dead rows in it (sweep_vacuum.c).
+ *	  The sweeper's VACUUM of processed_messages and dedup_outbox after a
+ *	  sweep that left many dead rows in them (sweep_vacuum.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -17,7 +17,8 @@
  * dedup.sweep_batch_delay between batches, if a DBA wants to leave still
  * more of the machine to claims; and it stops after
  * dedup.sweep_max_duration.  When a sweep has left enough dead rows, the
- * sweeper then vacuums the table itself (sweep_vacuum.c), rather than
+ * sweeper then vacuums the table itself (and dedup_outbox likewise after
+ * the outbox's step: sweep_vacuum.c), rather than
  * leave them for autovacuum's next visit; the launcher cancels that VACUUM
  * for DROP DATABASE and ALTER DATABASE (launcher.c), and a cancelled sweep
  * ends partial, not failed.

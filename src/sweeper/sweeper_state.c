@@ -593,7 +593,7 @@ dedup_sweeper_vacuum_left(Oid relid, int64 vacuums)
 	LWLockAcquire(sweeper_state->lock, LW_EXCLUSIVE);
 	left = (my_slot->vacuum_cut_relid == relid &&
 			my_slot->vacuum_cut_count == vacuums);
-	if (!left)
+	if (!left && my_slot->vacuum_cut_relid == relid)
 		my_slot->vacuum_cut_relid = InvalidOid;
 	LWLockRelease(sweeper_state->lock);
 	return left;

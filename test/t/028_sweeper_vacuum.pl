@@ -24,6 +24,9 @@
 #     succeeds: the launcher cancels the VACUUM (which would otherwise run
 #     for longer than the 5 s DROP DATABASE waits for sessions to leave),
 #     and the sweep ends partial, with nothing logged as an error.
+#  7. after the retention worker's outbox step deletes sent messages,
+#     dedup_outbox is vacuumed the same way (issue 32: its steady-state
+#     storage).
 #
 use strict;
 use warnings;
@@ -244,6 +247,29 @@ SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dedup sweeper';
 }
 $node->set_config('autovacuum_vacuum_cost_limit', undef, '-1');
 $node->set_config('autovacuum_vacuum_cost_delay', undef, '2ms');
+
+###############################################################################
+note('7. dedup_outbox: vacuumed after the retention step deletes its sent messages');
+
+# 2000 messages sent two hours ago (past dedup.outbox_retention, 1 h) and 100
+# unsent ones, written straight into the table as superuser
+$node->safe_psql('db1', q{
+SELECT dedup_add_destination('q');
+INSERT INTO dedup_outbox (message_id, destination, payload, sent_at)
+SELECT 's' || i, 'q', 'x', now() - interval '2 hours' FROM generate_series(1, 2000) i
+UNION ALL
+SELECT 'u' || i, 'q', 'x', NULL FROM generate_series(1, 100) i});
+ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (settle)');
+my $outbox_stats_sql = q{
+SELECT vacuum_count || '|' || n_dead_tup || '|' || n_live_tup FROM pg_stat_user_tables
+ WHERE relid = 'dedup_outbox'::regclass};
+is($node->safe_psql('db1', q{SELECT count(*) FROM dedup_outbox}), '100',
+	'the retention step deleted the 2000 sent messages, not the unsent ones');
+ok($node->poll_query_until('db1', $outbox_stats_sql, '1|0|100'),
+	'and the sweeper vacuumed dedup_outbox: vacuum_count 1, no dead rows left');
+ok($node->log_count(0,
+		qr/dedup sweep: vacuuming dedup_outbox: 2\d\d\d dead rows, \d+ live/) == 1,
+	'the log says so (DEBUG1): once, with the dead and live rows');
 
 my @problems = $node->log_problems(0);
 is(join("\n", @problems), '', 'no warning or error in the log');
