@@ -1,11 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * dedup.c
- *	  Module entry point of the dedup extension: it defines the parameters,
- *	  wires the shared-memory hooks to the subsystems that own shared memory
- *	  (sweeper_state.c, claim_stats.c, heartbeat.c), sets the Citus guard
- *	  that every lookup of the extension's tables runs (citus.c,
- *	  relations.c) and registers the launcher.
+ *	  Module entry point of the dedup extension: it defines the parameters
+ *	  (guc.c, the outbox's in outbox/maintain.c), wires the shared-memory
+ *	  hooks to the subsystems that own shared memory (sweeper_state.c,
+ *	  claim_stats.c, heartbeat.c), sets the Citus guard that every lookup
+ *	  of the extension's tables runs (citus.c, relations.c), has the claims
+ *	  tell the outbox of each successful claim (claim.c, outbox/origin.c)
+ *	  and registers the launcher.
  *
  * The library can be loaded on demand (the first dedup_claim() call in a
  * backend) or through shared_preload_libraries; claims work either way.
@@ -23,6 +25,7 @@
 #include "claim/claim.h"
 #include "compat.h"
 #include "guc.h"
+#include "outbox/outbox.h"
 #include "stats/claim_stats.h"
 #include "sweeper/sweeper.h"
 
@@ -65,7 +68,11 @@ shmem_startup(void)
 void
 _PG_init(void)
 {
+	/* the outbox's settings first: the others end by reserving "dedup." */
+	dedup_outbox_define_gucs();
 	dedup_define_gucs();
+	/* the outbox derives its messages' ids from the transaction's claim */
+	dedup_observe_claims(dedup_outbox_note_claim);
 	/* every lookup of the extension's tables refuses a wrong Citus layout */
 	dedup_relations_guard(dedup_citus_check);
 

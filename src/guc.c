@@ -20,7 +20,6 @@
 #include "utils/varlena.h"
 
 #include "guc.h"
-#include "outbox/outbox.h"
 
 bool		dedup_sweep_enabled = true;
 int			dedup_retention = 7 * 24 * 60 * 60;
@@ -175,6 +174,5 @@ dedup_define_gucs(void)
 								NULL, NULL, NULL);
 	}
 
-	dedup_outbox_define_gucs();
 	MarkGUCPrefixReserved("dedup");
 }

@@ -33,13 +33,30 @@
 #include "claim/claim.h"
 #include "guc.h"
 #include "keys.h"
-#include "outbox/outbox.h"
 #include "stats/claim_stats.h"
 #include "tables/relations.h"
 
 PG_FUNCTION_INFO_V1(dedup_claim);
 PG_FUNCTION_INFO_V1(dedup_claim_many);
 PG_FUNCTION_INFO_V1(dedup_try_claim);
+
+static void no_claim_observer(text *consumer, text *message_id);
+
+/* told of each claim that answers true (dedup_observe_claims) */
+static DedupClaimObserver claim_observer = no_claim_observer;
+
+/* the observer while none is set: nobody to tell */
+static void
+no_claim_observer(text *consumer, text *message_id)
+{
+}
+
+/* _PG_init: who hears of each claim that answers true */
+void
+dedup_observe_claims(DedupClaimObserver observer)
+{
+	claim_observer = observer;
+}
 
 /*
  * The keys of a batch, in the order they are claimed: by key, and among
@@ -137,7 +154,7 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		PG_END_TRY();
 		outcomes[keys[done].position] = outcome;
 		if (outcome == CLAIM_CLAIMED)
-			dedup_outbox_note_claim(consumer, nkeys == 1 ? keys[done].key : NULL);
+			claim_observer(consumer, nkeys == 1 ? keys[done].key : NULL);
 		if (outcome != CLAIM_IN_PROGRESS)
 			dedup_stats_tally(&frame.tally,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,

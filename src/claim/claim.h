@@ -47,6 +47,14 @@ extern ArrayType *dedup_batch_answers(const DedupBatch *batch,
 #define DEDUP_CHECK_WRITES		0x01	/* not in recovery, not read-only */
 #define DEDUP_CHECK_CLAIMANT	0x02	/* dedup_consumer_roles */
 
+/*
+ * claim.c: who hears of each claim that answers true (the outbox, which
+ * derives the ids of the transaction's messages from it), set by _PG_init;
+ * the message id is NULL for a batch of more than one
+ */
+typedef void (*DedupClaimObserver) (text *consumer, text *message_id);
+extern void dedup_observe_claims(DedupClaimObserver observer);
+
 extern void dedup_claim_checks(const char *call, text *consumer, int checks);
 
 /* the outcomes of one call's claims, counted once */

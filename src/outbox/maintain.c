@@ -4,8 +4,9 @@
  *	  Keeping the outbox: its settings (dedup.outbox_retention,
  *	  dedup.outbox_max_payload), the deletion of sent messages once
  *	  dedup.outbox_retention has passed (dedup_outbox_sweep(), and the
- *	  retention worker's step, dedup_outbox_sweep_sent()), and the audit of
- *	  a message sent again on purpose (dedup_outbox_resend()).
+ *	  batches of the retention worker's step, dedup_outbox_sweep_batch()),
+ *	  and the audit of a message sent again on purpose
+ *	  (dedup_outbox_resend()).
  *
  * Only sent messages are ever deleted: a message is deleted when its
  * sent_at is older than the retention, checked again on the row's latest
@@ -150,12 +151,12 @@ dedup_outbox_retention(PG_FUNCTION_ARGS)
 }
 
 /*
- * One batch of the retention worker's step, in a transaction of its own:
- * returns the messages deleted, -1 when there is no outbox (dedup older
- * than 1.4, or gone).
+ * One batch of the retention worker's step (sweeper.c runs them), in a
+ * transaction of its own: returns the messages deleted, -1 when there is
+ * no outbox (dedup older than 1.4, or gone).
  */
-static int64
-outbox_sweep_batch(void)
+int64
+dedup_outbox_sweep_batch(void)
 {
 	Oid			outbox;
 	Oid			save_userid;
@@ -185,43 +186,6 @@ outbox_sweep_batch(void)
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return deleted;
-}
-
-/*
- * The retention worker's step: delete the database's sent messages older
- * than dedup.outbox_retention, one batch per transaction, until none is
- * left (DEDUP_SWEEP_DONE), or deadline (0: none) passes or stop() says
- * that the database is wanted (DEDUP_SWEEP_PARTIAL).  The first batch
- * follows the claims' last one at once (most sweeps find nothing here, and
- * a pause would cost them dedup.sweep_batch_delay); the next ones are
- * paced like the claims' batches.
- */
-DedupSweepOutcome
-dedup_outbox_sweep_sent(TimestampTz deadline, DedupSweepPace *pace,
-						DedupOutboxStop stop)
-{
-	int64		deleted;
-	bool		paced = false;
-
-	if (dedup_outbox_retention_s < 0)
-		return DEDUP_SWEEP_DONE;
-	do
-	{
-		if (paced)
-			dedup_sweep_pace_batch(pace);
-		CHECK_FOR_INTERRUPTS();
-		if (stop())
-			return DEDUP_SWEEP_PARTIAL;
-		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
-			return DEDUP_SWEEP_PARTIAL;
-		deleted = outbox_sweep_batch();
-		if (paced)
-			dedup_sweep_pace_batch_done(pace);
-		if (deleted > 0)
-			dedup_sweeper_progress((uint64) deleted);
-		paced = true;
-	} while (deleted == dedup_sweep_batch_size);
-	return DEDUP_SWEEP_DONE;
 }
 
 /*

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * outbox.h
- *	  The outbox (issue 32): what the rest of dedup calls of it.  The claim
- *	  path tells it each successful claim (origin.c), the sweeper has it
- *	  delete sent messages (maintain.c), guc.c has it define its settings.
+ *	  The outbox: what the rest of dedup calls of it.  The module
+ *	  entry has it define its settings and tells the claims to report each
+ *	  successful claim to it (origin.c); the sweeper has it delete sent
+ *	  messages, a batch at a time (maintain.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -12,8 +13,6 @@
 
 #include "datatype/timestamp.h"
 
-#include "sweeper/sweep_pace.h"
-#include "sweeper/sweeper_state.h"
 
 /* the id of a message, as text: a UUID */
 #define DEDUP_OUTBOX_ID_LEN		36
@@ -36,10 +35,7 @@ extern void dedup_outbox_next_id(const char *destination, int destination_len,
 extern void dedup_outbox_check_name(const char *function, const char *argname,
 									Datum value, bool isnull, Size max_bytes);
 
-/* maintain.c: the retention worker's step */
-typedef bool (*DedupOutboxStop) (void);
-extern DedupSweepOutcome dedup_outbox_sweep_sent(TimestampTz deadline,
-												 DedupSweepPace *pace,
-												 DedupOutboxStop stop);
+/* maintain.c: one batch of the retention worker's step */
+extern int64 dedup_outbox_sweep_batch(void);
 
 #endif							/* DEDUP_OUTBOX_H */

@@ -710,8 +710,8 @@ dedup_publish(PG_FUNCTION_ARGS)
 
 	/*
 	 * A destination this backend has read already needs neither SPI nor the
-	 * owner's identity: a WAL-mode message then runs no other role's code
-	 * at all.
+	 * owner's identity: a WAL-mode message then runs no other role's code at
+	 * all.
 	 */
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	if (!publish_cached_destination(rels, save_userid, destination, &wal))

@@ -588,6 +588,42 @@ sweeper_warn_invalid_windows(List *invalid)
 }
 
 /*
+ * The outbox's step: delete the database's sent messages older than
+ * dedup.outbox_retention, one batch per transaction (outbox/maintain.c),
+ * until none is left (DEDUP_SWEEP_DONE), or the deadline (0: none) passes
+ * or the database is wanted (DEDUP_SWEEP_PARTIAL).  The first batch follows
+ * the claims' last one at once (most sweeps find nothing here, and a pause
+ * would cost them dedup.sweep_batch_delay); the next ones are paced like
+ * the claims' batches.
+ */
+static DedupSweepOutcome
+sweeper_sweep_outbox(TimestampTz deadline, DedupSweepPace *pace)
+{
+	int64		deleted;
+	bool		paced = false;
+
+	if (dedup_outbox_retention_s < 0)
+		return DEDUP_SWEEP_DONE;
+	do
+	{
+		if (paced)
+			dedup_sweep_pace_batch(pace);
+		CHECK_FOR_INTERRUPTS();
+		if (sweeper_database_wanted())
+			return DEDUP_SWEEP_PARTIAL;
+		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+			return DEDUP_SWEEP_PARTIAL;
+		deleted = dedup_outbox_sweep_batch();
+		if (paced)
+			dedup_sweep_pace_batch_done(pace);
+		if (deleted > 0)
+			dedup_sweeper_progress((uint64) deleted);
+		paced = true;
+	} while (deleted == dedup_sweep_batch_size);
+	return DEDUP_SWEEP_DONE;
+}
+
+/*
  * Sweep this database: all of it, or until deadline (0: none), DDL or a
  * lock stops us.
  */
@@ -649,7 +685,7 @@ sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 			dedup_sweeper_progress(deleted);
 		} while (deleted == (uint64) dedup_sweep_batch_size);
 	}
-	if (dedup_outbox_sweep_sent(deadline, pace, sweeper_database_wanted) != DEDUP_SWEEP_DONE)
+	if (sweeper_sweep_outbox(deadline, pace) != DEDUP_SWEEP_DONE)
 		return DEDUP_SWEEP_PARTIAL;
 	return sweeper_sweep_colocated(deadline);
 }
