@@ -588,6 +588,19 @@ sweeper_warn_invalid_windows(List *invalid)
 }
 
 /*
+ * Before a batch: whether the sweep goes on, neither the database wanted
+ * by another (sweeper_database_wanted) nor the deadline (0: none) passed
+ */
+static bool
+sweeper_goes_on(TimestampTz deadline)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (sweeper_database_wanted())
+		return false;
+	return deadline == 0 || GetCurrentTimestamp() < deadline;
+}
+
+/*
  * The outbox's step: delete the database's sent messages older than
  * dedup.outbox_retention, one batch per transaction (outbox/maintain.c),
  * until none is left (DEDUP_SWEEP_DONE), or the deadline (0: none) passes
@@ -608,10 +621,7 @@ sweeper_sweep_outbox(TimestampTz deadline, DedupSweepPace *pace)
 	{
 		if (paced)
 			dedup_sweep_pace_batch(pace);
-		CHECK_FOR_INTERRUPTS();
-		if (sweeper_database_wanted())
-			return DEDUP_SWEEP_PARTIAL;
-		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+		if (!sweeper_goes_on(deadline))
 			return DEDUP_SWEEP_PARTIAL;
 		deleted = dedup_outbox_sweep_batch();
 		if (paced)
@@ -663,10 +673,7 @@ sweeper_sweep(TimestampTz deadline, DedupSweepPace *pace)
 		{
 			/* the pause before it, if any, then the batch's clock */
 			dedup_sweep_pace_batch(pace);
-			CHECK_FOR_INTERRUPTS();
-			if (sweeper_database_wanted())
-				return DEDUP_SWEEP_PARTIAL;
-			if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+			if (!sweeper_goes_on(deadline))
 				return DEDUP_SWEEP_PARTIAL;
 
 			rels = sweeper_begin(RowExclusiveLock, &busy);
