@@ -18,18 +18,26 @@
 # Six batches of 40 messages on five keys (each message's body carries its
 # key and its number within the key); with each batch one fault, injected
 # while the batch flows:
-#   1 kill -9 of A once it applied 8 of the batch (restarted);
+#   1 kill -9 of A once it applied 8 of the batch and is held in the next
+#     (see below; restarted);
 #   2 the relay kills itself right after publishing its first batch, before
 #     the broker's confirm (test hook DEDUP_RELAY_TEST_CRASH=after-publish;
 #     restarted without it);
 #   3 the same right after the confirm, before it marks the batch sent or
 #     confirms it to the slot (after-confirm): B receives those messages
 #     twice;
-#   4 kill -9 of B once it applied 8 of the batch;
-#   5 a broker restart (clean shutdown, same data) once A applied 8;
+#   4 kill -9 of B once it applied 8 of the batch and is held in the next;
+#   5 a broker restart (clean shutdown, same data) once A applied 8 and is
+#     held in the next;
 #   6 an immediate PostgreSQL restart (pg_ctl -m immediate) once A applied
-#     8.
-# Each fault asserts the batch was still flowing when it hit.  At the end:
+#     8 and is held in the next.
+# Held: the batch's first 8 messages go to q1 alone; once the service
+# applied them, a session of the test locks the service's ledger rows
+# (SELECT ... FOR UPDATE), the other 32 follow, and the fault comes once
+# the service's backend waits for that lock, its claim of the next message
+# taken and not committed; the lock goes after the fault (ROLLBACK, or
+# with the restarted server).  A state, not a time: each fault asserts the
+# batch was still flowing when it hit.  At the end:
 # A and B each applied every one of the 240 messages exactly once (none
 # lost, none twice), their ledgers are the sums, each key's messages were
 # applied in order by both, B's claims refused the relay's second copies
@@ -179,8 +187,7 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 
 	# the messages: numbered within their key
 	my (@messages, %n);
-	my $publish_batch = sub {
-		my ($what) = @_;
+	my $new_batch = sub {
 		my @batch = map {
 			my $i   = @messages + $_;
 			my $key = $KEYS[ $i % @KEYS ];
@@ -192,9 +199,50 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 			}
 		} 1 .. $BATCH;
 		push @messages, @batch;
-		$broker->publish_ok('q1', \@batch,
+		return @batch;
+	};
+	my $publish_batch = sub {
+		my ($what) = @_;
+		$broker->publish_ok(
+			'q1',
+			[ $new_batch->() ],
 			"batch for $what: $BATCH messages published to q1");
 		return scalar(@messages) - $BATCH;    # applied by A before it
+	};
+
+	# publish a batch and run $fault while $service is held in it (see the
+	# header); $restarts: the fault ends the lock's session.  Returns the
+	# messages before the batch and what $service had applied at the fault.
+	my $held_fault = sub {
+		my ($what, $service, $fault, $restarts) = @_;
+		my $from  = @messages;        # it applies all of them, then 8 more
+		my @batch = $new_batch->();
+		$broker->publish_ok(
+			'q1',
+			[ @batch[ 0 .. 7 ] ],
+			"batch for $what: its first 8 messages published to q1");
+		$wait_applied->($service, $from + 8);
+		my $holder     = $node->background_psql($db);
+		my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
+		$holder->query_safe(
+			qq{BEGIN;
+SELECT count(*) FROM (SELECT FROM ledger WHERE service = '$service' FOR UPDATE) l}
+		);
+		$broker->publish_ok(
+			'q1',
+			[ @batch[ 8 .. $#batch ] ],
+			'... and the other ' . (@batch - 8));
+		ok( $node->poll_query_until(
+				$db, qq{
+SELECT count(*) > 0 FROM pg_stat_activity
+ WHERE application_name = '$service' AND wait_event_type = 'Lock'
+   AND $holder_pid = ANY (pg_blocking_pids(pid))}),
+			"$service waits for the test's lock on its ledger rows");
+		my $at = $applied->($service);
+		$fault->();
+		$holder->query_safe('ROLLBACK') unless $restarts;
+		$holder->quit;
+		return ($from, $at);
 	};
 
 	# the batch was still flowing when the fault hit
@@ -211,9 +259,9 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	$start->('relay');
 
 	# 1: kill -9 of A
-	my $before = $publish_batch->('kill -9 of A');
-	my $at     = $wait_applied->('svc_a', $before + 8);
-	ok($kill9->('a'), 'A killed with SIGKILL');
+	my ($before, $at) = $held_fault->(
+		'kill -9 of A',
+		'svc_a', sub { ok($kill9->('a'), 'A killed with SIGKILL') });
 	$flowing->('kill -9 of A', $at, $before);
 	$start->('a');
 
@@ -239,10 +287,9 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	}
 
 	# 4: kill -9 of B
-	my $b_before = $applied->('svc_b');
-	$before = $publish_batch->('kill -9 of B');
-	$at     = $wait_applied->('svc_b', $b_before + 8);
-	ok($kill9->('b'), 'B killed with SIGKILL');
+	(undef, $at) = $held_fault->(
+		'kill -9 of B',
+		'svc_b', sub { ok($kill9->('b'), 'B killed with SIGKILL') });
 	cmp_ok($at, '<', scalar(@messages),
 			"kill -9 of B hit while messages flowed ($at of "
 		  . scalar(@messages)
@@ -250,18 +297,21 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 	$start->('b');
 
 	# 5: a broker restart
-	$before = $publish_batch->('a broker restart');
-	$at     = $wait_applied->('svc_a', $before + 8);
-	is($broker->restart, 0,
-		'RabbitMQ stopped cleanly (SIGTERM) for a restart');
+	($before, $at) = $held_fault->(
+		'a broker restart',
+		'svc_a',
+		sub {
+			is($broker->restart, 0,
+				'RabbitMQ stopped cleanly (SIGTERM) for a restart');
+		});
 	$flowing->('the broker restart', $at, $before);
 	$broker->ready_ok;
 	my $relay_at_broker_restart = $proc{relay}{log};
 
 	# 6: an immediate PostgreSQL restart
-	$before = $publish_batch->('an immediate PostgreSQL restart');
-	$at     = $wait_applied->('svc_a', $before + 8);
-	$node->stop('immediate');
+	($before, $at) = $held_fault->(
+		'an immediate PostgreSQL restart', 'svc_a',
+		sub { $node->stop('immediate') },  1);
 	$flowing->('the PostgreSQL restart', $at, $before);
 	$node->start;
 
