@@ -249,11 +249,14 @@ $node->set_config('autovacuum_vacuum_cost_limit', undef, '-1');
 $node->set_config('autovacuum_vacuum_cost_delay', undef, '2ms');
 
 ###############################################################################
-note('7. dedup_outbox: vacuumed after the retention step deletes its sent messages');
+note(
+	'7. dedup_outbox: vacuumed after the retention step deletes its sent messages'
+);
 
 # 2000 messages sent two hours ago (past dedup.outbox_retention, 1 h) and 100
 # unsent ones, written straight into the table as superuser
-$node->safe_psql('db1', q{
+$node->safe_psql(
+	'db1', q{
 SELECT dedup_add_destination('q');
 INSERT INTO dedup_outbox (message_id, destination, payload, sent_at)
 SELECT 's' || i, 'q', 'x', now() - interval '2 hours' FROM generate_series(1, 2000) i
@@ -263,12 +266,15 @@ ok($node->sweep_until('db1', 'done'), 'db1: a sweep completed (settle)');
 my $outbox_stats_sql = q{
 SELECT vacuum_count || '|' || n_dead_tup || '|' || n_live_tup FROM pg_stat_user_tables
  WHERE relid = 'dedup_outbox'::regclass};
-is($node->safe_psql('db1', q{SELECT count(*) FROM dedup_outbox}), '100',
+is( $node->safe_psql('db1', q{SELECT count(*) FROM dedup_outbox}),
+	'100',
 	'the retention step deleted the 2000 sent messages, not the unsent ones');
-ok($node->poll_query_until('db1', $outbox_stats_sql, '1|0|100'),
-	'and the sweeper vacuumed dedup_outbox: vacuum_count 1, no dead rows left');
-ok($node->log_count(0,
-		qr/dedup sweep: vacuuming dedup_outbox: 2\d\d\d dead rows, \d+ live/) == 1,
+ok( $node->poll_query_until('db1', $outbox_stats_sql, '1|0|100'),
+	'and the sweeper vacuumed dedup_outbox: vacuum_count 1, no dead rows left'
+);
+ok( $node->log_count(0,
+		qr/dedup sweep: vacuuming dedup_outbox: 2\d\d\d dead rows, \d+ live/)
+	  == 1,
 	'the log says so (DEBUG1): once, with the dead and live rows');
 
 my @problems = $node->log_problems(0);

@@ -104,8 +104,12 @@ ok(wait_until(sub { $node->count_of('db1', 'yield-claims') > 10 }),
 	'claims are running (pgbench)');
 $node->set_config('dedup.sweep_batch_size', '500', '500');
 
-# 20 batches, each followed by a pause about 9 times as long (the default
-# dedup.sweep_busy_share, 10%): watched from inside the server
+# a pause long enough to be seen by a watcher that a loaded machine wakes
+# late (at the default 10%, about 9 times a batch: a few ms)
+$node->set_config('dedup.sweep_busy_share', '2', '2');
+
+# 20 batches, each followed by a pause about 49 times as long
+# (dedup.sweep_busy_share 2%): watched from inside the server
 my (undef, $yield_seen) = $node->watch_sweeper_wait(
 	'db1', 'DedupSweepYield', qq{
 INSERT INTO processed_messages
@@ -120,6 +124,7 @@ unlike($err, qr/error|abort/i, 'pgbench: no claim failed') or diag($err);
 ok( wait_until(sub { $node->count_of('db1', 'yield') eq '1' }),
 	'the yielding sweep deletes the 10000 expired claims all the same');
 $node->set_config('dedup.sweep_batch_size', undef, '1000');
+$node->set_config('dedup.sweep_busy_share', undef, '10');
 
 ###############################################################################
 note('4. a database in dedup.databases without the extension');
