@@ -346,6 +346,13 @@ ALTER TABLE dedup_outbox ALTER attempts SET DEFAULT 5;
 SELECT dedup_publish('orders', 'default 5') IS NOT NULL AS published;
 SELECT attempts FROM dedup_outbox WHERE payload = 'default 5';
 ALTER TABLE dedup_outbox ALTER attempts SET DEFAULT 0;
+UPDATE dedup_outbox SET key = 'k' WHERE key IS NULL;
+ALTER TABLE dedup_outbox ALTER key SET NOT NULL;
+\set VERBOSITY terse
+SELECT dedup_publish('orders', 'no key');
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE dedup_outbox ALTER key DROP NOT NULL;
 ALTER TABLE dedup_outbox ADD COLUMN tenant text NOT NULL DEFAULT 'acme';
 SELECT dedup_publish('orders', 'added column') IS NOT NULL AS published;
 SELECT tenant FROM dedup_outbox WHERE payload = 'added column';

@@ -110,18 +110,19 @@ static const struct
 {
 	const char *name;
 	Oid			type;
+	bool		notnull;
 }			outbox_columns[] = {
-	{"seq", INT8OID},
-	{"message_id", TEXTOID},
-	{"destination", TEXTOID},
-	{"key", TEXTOID},
-	{"headers", JSONBOID},
-	{"payload", TEXTOID},
-	{"created_at", TIMESTAMPTZOID},
-	{"lease_until", TIMESTAMPTZOID},
-	{"lease_holder", TEXTOID},
-	{"attempts", INT4OID},
-	{"sent_at", TIMESTAMPTZOID}
+	{"seq", INT8OID, true},
+	{"message_id", TEXTOID, true},
+	{"destination", TEXTOID, true},
+	{"key", TEXTOID, false},
+	{"headers", JSONBOID, false},
+	{"payload", TEXTOID, true},
+	{"created_at", TIMESTAMPTZOID, true},
+	{"lease_until", TIMESTAMPTZOID, false},
+	{"lease_holder", TEXTOID, false},
+	{"attempts", INT4OID, true},
+	{"sent_at", TIMESTAMPTZOID, false}
 };
 
 #define OUTBOX_NATTS		lengthof(outbox_columns)
@@ -357,7 +358,8 @@ publish_default_is(AttrNumber attnum, const char *adbin)
  * act on the INSERT that the direct write would skip: no trigger, CHECK
  * constraint, row security or generated column, the columns of 1.4 with
  * their defaults (identity for seq, now() for created_at, 0 for attempts)
- * and nothing else, and message_id its primary key, not deferrable.
+ * and their NOT NULLs (the direct write checks no constraint) and nothing
+ * else, and message_id its primary key, not deferrable.
  * Otherwise dedup_publish writes through SPI, where all of that acts as
  * it says.  Decided once per change of the table; sets outbox_seq.
  */
@@ -385,6 +387,7 @@ publish_direct_possible(Relation rel)
 
 		if (att->attisdropped || att->attgenerated != '\0' ||
 			att->atttypid != outbox_columns[i].type ||
+			att->attnotnull != outbox_columns[i].notnull ||
 			strcmp(NameStr(att->attname), outbox_columns[i].name) != 0 ||
 			att->attidentity != (attnum == OUTBOX_SEQ ? ATTRIBUTE_IDENTITY_ALWAYS : '\0') ||
 			att->atthasdef != (attnum == OUTBOX_CREATED_AT || attnum == OUTBOX_ATTEMPTS))
