@@ -510,7 +510,7 @@ launcher_sweep_database(LauncherDatabase *db)
 	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
 	worker.bgw_notify_pid = MyProcPid;
 
-	dedup_sweep_launching(db->oid);
+	dedup_sweep_launching(db->oid, launched);
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
 		if (!warned_no_worker_slot)

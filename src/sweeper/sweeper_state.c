@@ -311,12 +311,14 @@ dedup_sweep_due(Oid dboid)
 }
 
 /*
- * A sweeper is about to be started for tracked database dboid: its sweep
- * is running until the sweeper says otherwise.  Called before the sweeper
- * can possibly start, let alone report.
+ * A sweeper is about to be started at launched for tracked database dboid:
+ * its sweep is running until the sweeper says otherwise, and the next one
+ * is an interval after launched until this one ends (the view shows no
+ * sweep due in the past while one runs).  Called before the sweeper can
+ * possibly start, let alone report.
  */
 void
-dedup_sweep_launching(Oid dboid)
+dedup_sweep_launching(Oid dboid, TimestampTz launched)
 {
 	DatabaseSlot *slot;
 
@@ -324,6 +326,7 @@ dedup_sweep_launching(Oid dboid)
 	slot = database_slot(dboid, false);
 	slot->outcome_before = slot->last_outcome;
 	slot->last_outcome = DEDUP_SWEEP_RUNNING;
+	slot->next_sweep = interval_after(launched, 0);
 	slot->woken = false;
 	slot->connected = false;
 	LWLockRelease(sweeper_state->lock);

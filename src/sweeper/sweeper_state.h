@@ -38,7 +38,7 @@ extern TimestampTz dedup_next_sweep_due(void);
 extern void dedup_reschedule_sweeps(void);
 
 /* the launcher: one sweep, from launch to the next one's schedule */
-extern void dedup_sweep_launching(Oid dboid);
+extern void dedup_sweep_launching(Oid dboid, TimestampTz launched);
 extern void dedup_sweep_not_launched(Oid dboid, TimestampTz launched);
 extern bool dedup_sweeper_connected(Oid dboid);
 extern bool dedup_sweep_stopped_connecting(Oid dboid, const char *why,
