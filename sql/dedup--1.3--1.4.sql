@@ -365,9 +365,11 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
  * lease up to max_messages unsent messages (of the given destinations) to
  * relay for lease, in seq order.  Messages leased to a live lease, or
  * locked by another relay's lease right now, are skipped (SKIP LOCKED);
- * a message whose key has an earlier unsent message that this call does
- * not lease too waits for it (the order per destination and key).  An
- * expired lease is leasable again; each lease counts an attempt.
+ * a message whose key has an earlier unsent message that neither this call
+ * leases too nor relay holds on a live lease waits for it (the order per
+ * destination and key: a relay sends its leases in seq order, and gives
+ * back a key's later leases with an earlier one).  An expired lease is
+ * leasable again; each lease counts an attempt.
  */
 CREATE FUNCTION @extschema@.dedup_outbox_lease(relay text,
 											   max_messages integer DEFAULT 100,
@@ -401,6 +403,8 @@ BEGIN ATOMIC
 				   AND e.key OPERATOR(pg_catalog.=) c.key
 				   AND e.sent_at IS NULL
 				   AND e.seq OPERATOR(pg_catalog.<) c.seq
+				   AND (e.lease_holder OPERATOR(pg_catalog.=) dedup_outbox_lease.relay
+						AND e.lease_until OPERATOR(pg_catalog.>) pg_catalog.now()) IS NOT TRUE
 				   AND NOT EXISTS (SELECT FROM candidates b
 									WHERE b.seq OPERATOR(pg_catalog.=) e.seq))),
 	leased AS (
