@@ -118,7 +118,7 @@ BEGIN
 			'index dedup_outbox_sent_idx',
 			'function dedup_outbox_valid(pg_catalog.text,pg_catalog.text,pg_catalog.text)',
 			'function dedup_add_destination(pg_catalog.text,pg_catalog.text)',
-			'function dedup_outbox_refuse_drop(pg_catalog.text,pg_catalog.int8)',
+			'function dedup_outbox_drop_messages(pg_catalog.text,pg_catalog.bool)',
 			'function dedup_drop_destination(pg_catalog.text,pg_catalog.bool)',
 			'function dedup_allow_publisher(pg_catalog.text,pg_catalog.regrole)',
 			'function dedup_disallow_publisher(pg_catalog.text,pg_catalog.regrole)',
@@ -1234,27 +1234,23 @@ END;
  * and its mapping gone; true if it existed.  Refused while it has unsent
  * messages, unless force, which deletes them unsent.
  */
-CREATE FUNCTION @extschema@.dedup_outbox_refuse_drop(destination text, unsent bigint)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'dedup_outbox_refuse_drop'
-LANGUAGE C VOLATILE PARALLEL SAFE;
+/*
+ * Its first step: waits for the transactions publishing, holds new ones
+ * back, and deletes the destination's unsent messages (refused while there
+ * are any, unless force); not a statement of its own, see publish.c
+ */
+CREATE FUNCTION @extschema@.dedup_outbox_drop_messages(destination text, force boolean)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dedup_outbox_drop_messages'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.dedup_drop_destination(destination text,
 												   force boolean DEFAULT false)
 RETURNS boolean
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-	SELECT @extschema@.dedup_outbox_valid(dedup_drop_destination.destination,
-										  'destination'::pg_catalog.text,
-										  'dedup_drop_destination'::pg_catalog.text);
-	SELECT @extschema@.dedup_outbox_refuse_drop(dedup_drop_destination.destination,
-			   (SELECT pg_catalog.count(*) FROM @extschema@.dedup_outbox o
-				 WHERE o.destination OPERATOR(pg_catalog.=) dedup_drop_destination.destination
-				   AND o.sent_at IS NULL))
-	 WHERE NOT COALESCE(dedup_drop_destination.force, false);
-	DELETE FROM @extschema@.dedup_outbox o
-	 WHERE o.destination OPERATOR(pg_catalog.=) dedup_drop_destination.destination
-	   AND o.sent_at IS NULL;
+	SELECT @extschema@.dedup_outbox_drop_messages(dedup_drop_destination.destination,
+												  dedup_drop_destination.force);
 	DELETE FROM @extschema@.dedup_outbox_publishers p
 	 WHERE p.destination OPERATOR(pg_catalog.=) dedup_drop_destination.destination;
 	WITH dropped AS (
@@ -1532,7 +1528,7 @@ REVOKE ALL ON TABLE @extschema@.dedup_outbox_publishers FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.dedup_outbox FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_valid(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_add_destination(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_refuse_drop(text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_drop_messages(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_drop_destination(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_allow_publisher(text, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_disallow_publisher(text, regrole) FROM PUBLIC;

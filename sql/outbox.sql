@@ -301,9 +301,15 @@ SELECT dedup_outbox_sweep() AS swept;
 SELECT seq, sent_at IS NOT NULL AS sent FROM dedup_outbox ORDER BY seq;
 SELECT dedup_outbox_sweep() AS nothing_left;
 
--- dropping a destination with unsent messages takes force
+-- dropping a destination with unsent messages takes force, and READ
+-- COMMITTED (a snapshot of its own would miss what it waited for)
 SELECT dedup_drop_destination('orders');
 \echo :LAST_ERROR_SQLSTATE
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT dedup_drop_destination('orders', force => true);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS still_unsent FROM dedup_outbox WHERE destination = 'orders' AND sent_at IS NULL;
 SELECT dedup_drop_destination('orders', force => true) AS dropped,
 	   dedup_drop_destination('orders') AS again;
 SELECT destination, count(*) FROM dedup_outbox GROUP BY 1 ORDER BY 1;

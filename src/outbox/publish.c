@@ -23,6 +23,10 @@
  * relcache entries (row and TRUNCATE triggers that fire always, the
  * function of dedup_consumer_roles' triggers), which empties the cache,
  * so a change applies to the transactions that start after it commits.
+ * A drop goes further: every publish holds a lock on dedup_outbox from
+ * before its check of the destination to its end, which the drop waits
+ * for and holds until it commits (dedup_outbox_drop_messages()), so no
+ * message to a dropped destination ever commits after the drop.
  * The plans' statements name the extension's schema, call only
  * pg_catalog's operators, and are prepared again when the extension or its
  * schema changes.  The row is written as INSERT ... ON
@@ -46,6 +50,7 @@
 
 #include "access/detoast.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_attribute.h"
@@ -82,7 +87,7 @@
 PG_FUNCTION_INFO_V1(dedup_publish);
 PG_FUNCTION_INFO_V1(dedup_outbox_valid);
 PG_FUNCTION_INFO_V1(dedup_outbox_valid_lease);
-PG_FUNCTION_INFO_V1(dedup_outbox_refuse_drop);
+PG_FUNCTION_INFO_V1(dedup_outbox_drop_messages);
 
 /* the longest lease a relay may take */
 #define MAX_LEASE_USECS		(USECS_PER_DAY)
@@ -488,6 +493,21 @@ publish_check_publisher(Oid user, text *destination, const Oid *publishers,
 }
 
 /*
+ * Hold back a drop of any destination until this transaction ends, and
+ * wait for one in progress: every publish, in either mode, holds the lock
+ * a write of dedup_outbox takes, from before it checks its destination on;
+ * dedup_drop_destination() takes one that conflicts with it
+ * (dedup_outbox_drop_messages).  Its invalidations are read as the lock is
+ * granted, so a publish that waited for a drop finds the destination gone,
+ * and a drop that waited for a publish deletes its unsent message.
+ */
+static void
+publish_hold_drops(void)
+{
+	LockRelationOid(plans.outbox, RowExclusiveLock);
+}
+
+/*
  * The destination from this backend's cache, if the plans are those of the
  * extension as it is now (rels) and the destination is there: then raises
  * the error if user may not publish to it, sets *wal to whether it is in
@@ -502,6 +522,10 @@ publish_cached_destination(const DedupRelations *rels, Oid user,
 
 	if (destinations == NULL || plans.extension != rels->extension ||
 		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(plans.outbox)))
+		return false;
+	/* a drop this waited for has emptied the cache (publish_hold_drops) */
+	publish_hold_drops();
+	if (destinations == NULL)
 		return false;
 	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
 	entry = hash_search(destinations, name, HASH_FIND, NULL);
@@ -540,6 +564,7 @@ publish_destination(Oid user, text *destination)
 	int			rc;
 
 	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
+	publish_hold_drops();
 	LockRelationOid(plans.destinations, AccessShareLock);
 	LockRelationOid(plans.publishers, AccessShareLock);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
@@ -819,20 +844,75 @@ dedup_outbox_valid_lease(PG_FUNCTION_ARGS)
 }
 
 /*
- * dedup_outbox_refuse_drop(destination text, unsent bigint) RETURNS boolean
+ * dedup_outbox_drop_messages(destination text, force boolean) RETURNS bigint
  *
- * true, or the error of dedup_drop_destination() for a destination with
- * unsent messages.
+ * The first step of dedup_drop_destination(): deletes the destination's
+ * unsent messages and returns how many, or refuses to when there are any
+ * and not force.  It first waits for every transaction that is publishing
+ * and holds new ones back until this transaction ends
+ * (publish_hold_drops), so that it sees every message published to the
+ * destination, and none commits after the drop.  The lock conflicts with
+ * itself: two drops wait for each other, and neither holds a lock on
+ * dedup_outbox before it (which is why this is not a statement of the SQL
+ * function, planned with its lock before the function runs).  Refused in
+ * a transaction with a single snapshot, which would not see what was
+ * published while it waited.
  */
 Datum
-dedup_outbox_refuse_drop(PG_FUNCTION_ARGS)
+dedup_outbox_drop_messages(PG_FUNCTION_ARGS)
 {
-	if (!PG_ARGISNULL(1) && PG_GETARG_INT64(1) > 0)
+	const DedupRelations *rels;
+	Oid			outbox;
+	Datum		arg;
+	StringInfoData sql;
+	Oid			argtypes[1] = {TEXTOID};
+	int64		unsent;
+	bool		isnull;
+	int			rc;
+
+	dedup_outbox_check_name("dedup_drop_destination", "destination",
+							PG_GETARG_DATUM(0), PG_ARGISNULL(0),
+							DEDUP_OUTBOX_MAX_NAME_BYTES);
+	arg = PG_GETARG_DATUM(0);
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("dedup_drop_destination() cannot run in a transaction at isolation level %s",
+						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errdetail("Its snapshot would not see the messages published while it waits for their transactions."),
+				 errhint("Run it at isolation level READ COMMITTED.")));
+	rels = dedup_relations(false);
+	outbox = dedup_member_table("dedup_outbox");
+	if (!OidIsValid(outbox))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup_drop_destination() needs version 1.4 of extension \"dedup\""),
+				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
+	LockRelationOid(outbox, ShareRowExclusiveLock);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "WITH deleted AS (DELETE FROM %s.dedup_outbox o"
+					 " WHERE o.destination OPERATOR(pg_catalog.=) $1"
+					 " AND o.sent_at IS NULL RETURNING 1)"
+					 " SELECT pg_catalog.count(*) FROM deleted",
+					 quote_identifier(get_namespace_name(rels->schema)));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_with_args(sql.data, 1, argtypes, &arg, NULL, false, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "deleting the unsent messages failed: %s",
+			 SPI_result_code_string(rc));
+	unsent = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	pfree(sql.data);
+
+	if (unsent > 0 && (PG_ARGISNULL(1) || !PG_GETARG_BOOL(1)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("destination \"%s\" has %lld unsent messages",
-						PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0)),
-						(long long) PG_GETARG_INT64(1)),
+						TextDatumGetCString(arg), (long long) unsent),
 				 errhint("Let a relay send them first, or delete them unsent with dedup_drop_destination(destination, force => true).")));
-	PG_RETURN_BOOL(true);
+	PG_RETURN_INT64(unsent);
 }

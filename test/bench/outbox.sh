@@ -17,7 +17,9 @@
 #       target >= 1.0x
 #   O2  the same with a WAL-mode destination (outbox_publish_wal.sql: a
 #       logical decoding message, no row; no slot reads it meanwhile) vs
-#       the same hand-written table; tps, target >= 1.3x
+#       the same hand-written table; tps, target >= 1.3x; and its ceiling,
+#       O2c: the transaction without any outbox (outbox_none.sql), which
+#       no way of publishing can beat
 #   O3  dedup_relay's throughput, BENCH_OUTBOX_MESSAGES messages (100 per
 #       transaction) moved to RabbitMQ until idle, vs publishing as many
 #       straight to RabbitMQ with confirms, no database (outbox_direct.py):
@@ -107,11 +109,14 @@ bench_publish() {
 	arm outbox_hand pg_rate outbox_hand.sql
 	arm outbox_table pg_rate outbox_publish_table.sql
 	arm outbox_wal pg_rate outbox_publish_wal.sql
-	rounds outbox_hand outbox_table outbox_wal
+	arm outbox_none pg_rate outbox_none.sql
+	rounds outbox_hand outbox_table outbox_wal outbox_none
 	result O1 "claim + UPDATE + publish, table mode" tps \
 		"INSERT into an outbox by hand" outbox_hand "dedup_publish, table" outbox_table "target: >= 1.0x"
 	result O2 "claim + UPDATE + publish, WAL mode" tps \
 		"INSERT into an outbox by hand" outbox_hand "dedup_publish, WAL" outbox_wal "target: >= 1.3x"
+	result O2c "claim + UPDATE, no outbox at all (the ceiling of O2)" tps \
+		"INSERT into an outbox by hand" outbox_hand "no outbox" outbox_none ""
 	psql_q -c "TRUNCATE dedup_outbox, plain_outbox"
 }
 
