@@ -137,6 +137,8 @@ static const struct
 	{"zero_damaged_pages", "off"},
 	/* VACUUM's decision reads the statistics as they are now */
 	{"stats_fetch_consistency", "none"},
+	/* its statements are planned at every batch: compiling them costs more */
+	{"jit", "off"},
 
 	/*
 	 * Table locks are only ever tried (sweeper_begin), and claims never lock
