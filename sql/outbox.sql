@@ -254,6 +254,10 @@ SELECT seq, attempts FROM dedup.dedup_outbox_lease('relay-c');
 SELECT seq FROM dedup.dedup_outbox_lease('relay-c', 10, '1 microsecond');
 RESET ROLE;
 SELECT seq, lease_holder, attempts, sent_at IS NOT NULL AS sent FROM dedup_outbox ORDER BY seq;
+-- the relay's calls are planned at every call: never JIT-compiled
+SELECT p.proname, p.proconfig FROM pg_proc p
+ WHERE p.proname IN ('dedup_outbox_lease', 'dedup_outbox_sent', 'dedup_outbox_release')
+ ORDER BY 1;
 SET ROLE regress_ob_relay;
 SELECT seq, attempts FROM dedup.dedup_outbox_lease('relay-d');
 -- the relay's arguments
