@@ -1374,8 +1374,7 @@ BEGIN ATOMIC
 		   SET lease_until = pg_catalog.now() OPERATOR(pg_catalog.+) dedup_outbox_lease.lease,
 			   lease_holder = dedup_outbox_lease.relay,
 			   attempts = o.attempts OPERATOR(pg_catalog.+) 1
-		  FROM in_order i
-		 WHERE o.seq OPERATOR(pg_catalog.=) i.seq
+		 WHERE o.seq OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.seq FROM in_order i))
 		   AND o.sent_at IS NULL
 		RETURNING o.seq, o.message_id, o.destination, o.key, o.headers,
 				  o.payload, o.created_at, o.attempts)
