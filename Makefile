@@ -45,9 +45,9 @@ OBJS = \
 EXTENSION = dedup
 # the current version's script (a fresh install), 1.0's and the updates
 # (older versions, and every database on one)
-DATA = sql/dedup--1.4.sql sql/dedup--1.0.sql \
+DATA = sql/dedup--1.5.sql sql/dedup--1.0.sql \
 	sql/dedup--1.0--1.1.sql sql/dedup--1.1--1.2.sql sql/dedup--1.2--1.3.sql \
-	sql/dedup--1.3--1.4.sql
+	sql/dedup--1.3--1.4.sql sql/dedup--1.4--1.5.sql
 DOCS = doc/use.md doc/streams.md doc/operations.md doc/citus.md \
 	doc/security.md doc/reference.md doc/performance.md doc/outbox.md
 PGFILEDESC = "dedup - transactional message deduplication"

@@ -127,6 +127,47 @@ PREPARE TRANSACTION 'outbox-prepared';
 SELECT pg_temp.uuid_version(dedup_publish('audit', 'after prepare')) AS version;
 ROLLBACK PREPARED 'outbox-prepared';
 
+-- after a claim of one offset: derived from the consumer, stream, partition
+-- and offset (their own tag: never an id of a message id's), the same when
+-- the offset is replayed after a rollback; it ends an earlier claim's
+-- derivation, and a batch of several offsets derives nothing
+CREATE FUNCTION pg_temp.derived_offset(consumer text, stream text, part int,
+									   message_offset bigint, destination text, ordinal int)
+RETURNS text LANGUAGE sql AS $$
+SELECT regexp_replace(
+		 overlay(overlay(encode(substr(d, 1, 16), 'hex')
+						 PLACING '8' FROM 13 FOR 1)
+				 PLACING substr('89ab', (get_byte(d, 8) >> 4 & 3) + 1, 1) FROM 17 FOR 1),
+		 '^(.{8})(.{4})(.{4})(.{4})(.{12})$', '\1-\2-\3-\4-\5')
+  FROM sha256('dedup-outbox-offset-v1'::bytea || '\x00'::bytea
+			  || int4send(octet_length(consumer)) || convert_to(consumer, 'UTF8')
+			  || int4send(octet_length(stream)) || convert_to(stream, 'UTF8')
+			  || int4send(part) || int8send(message_offset)
+			  || int4send(octet_length(destination)) || convert_to(destination, 'UTF8')
+			  || int4send(ordinal)) AS h(d)
+$$;
+BEGIN;
+SELECT dedup_claim('billing', 'in-11') AS claimed;
+SELECT dedup_claim_offset('billing', 'payments', 3, 4100) AS claimed_offset;
+SELECT dedup_publish('audit', 'after an offset') = pg_temp.derived_offset('billing', 'payments', 3, 4100, 'audit', 1) AS derived,
+	   dedup_publish('orders', 'after an offset, 2') = pg_temp.derived_offset('billing', 'payments', 3, 4100, 'orders', 2) AS second;
+SELECT dedup_claim_offsets('billing', 'payments', 3, ARRAY[4101]::bigint[]) AS batch_of_one;
+SELECT dedup_publish('audit', 'after a batch of one offset') = pg_temp.derived_offset('billing', 'payments', 3, 4101, 'audit', 1) AS derived;
+-- a replayed offset (false) changes nothing
+SELECT dedup_claim_offset('billing', 'payments', 3, 4101) AS replay;
+SELECT dedup_publish('audit', 'after a replay') = pg_temp.derived_offset('billing', 'payments', 3, 4101, 'audit', 2) AS derived;
+-- the offset 4101 of partition 3 is not 4 of 1013, nor message id '3/4101'
+SELECT pg_temp.derived_offset('billing', 'payments', 3, 4101, 'audit', 1)
+	   NOT IN (pg_temp.derived_offset('billing', 'payments', 1013, 4, 'audit', 1),
+			   pg_temp.derived('billing', '3/4101', 'audit', 1)) AS no_collision;
+SELECT dedup_claim_offsets('billing', 'payments', 3, ARRAY[4102, 4103]::bigint[]) AS batch;
+SELECT pg_temp.uuid_version(dedup_publish('audit', 'after a batch of offsets')) AS version;
+ROLLBACK;
+BEGIN;
+SELECT dedup_claim_offset('billing', 'payments', 3, 4100) AS claimed_again;
+SELECT dedup_publish('audit', 'the offset handled again') = pg_temp.derived_offset('billing', 'payments', 3, 4100, 'audit', 1) AS same_id;
+ROLLBACK;
+
 -- bad input: a clear error, nothing written
 SELECT count(*) AS rows_before FROM dedup_outbox \gset
 SELECT dedup_publish(NULL, 'x');
@@ -145,6 +186,31 @@ SELECT dedup_publish('orders', 'x', NULL, '[1, 2]');
 \echo :LAST_ERROR_SQLSTATE
 SELECT dedup_publish('orders', 'x', NULL, '"scalar"');
 \echo :LAST_ERROR_SQLSTATE
+-- headers every broker can carry: a flat object of short names (none that
+-- a broker routes by or the relay sets) with strings, 64-bit integers or
+-- booleans, at most 2048 bytes encoded (22023, naming the header)
+SELECT dedup_publish('orders', 'x', NULL, '{"CC": "other-queue"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"bcc": ["other-queue"]}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"X-Delay": 5000}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"dedup-key": "someone else''s"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"": "empty name"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, jsonb_build_object(repeat('n', 256), 'long name'));
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"ratio": 0.5}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"big": 9223372036854775808}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"nested": {"a": 1}}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, '{"none": null}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup_publish('orders', 'x', NULL, jsonb_build_object('trace', repeat('t', 2048)));
+\echo :LAST_ERROR_SQLSTATE
 SELECT dedup_publish('orders', repeat('p', 1024 * 1024 + 1));
 \echo :LAST_ERROR_SQLSTATE
 SET dedup.outbox_max_payload = '16B';
@@ -154,6 +220,11 @@ SELECT dedup_publish('orders', 'p', NULL, '{"a": "0123456789abcdef"}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT dedup_publish('orders', repeat('p', 16)) IS NOT NULL AS at_the_limit;
 RESET dedup.outbox_max_payload;
+-- ... and what they accept
+SELECT dedup_publish('orders', 'x', NULL,
+		'{"type": "charged", "Content-Language": "de", "count": -9223372036854775808, "replay": false, "ccx": "a name like CC"}') AS headers_id \gset
+SELECT headers FROM dedup_outbox WHERE message_id = :'headers_id';
+SELECT dedup_publish('orders', 'x', NULL, jsonb_build_object('trace', repeat('t', 2048 - 12))) IS NOT NULL AS at_the_limit;
 -- a huge payload within the limit is fine (and toasted)
 SET dedup.outbox_max_payload = '8MB';
 SELECT dedup_publish('orders', repeat('p', 4 * 1024 * 1024)) AS huge_id \gset

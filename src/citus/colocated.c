@@ -188,6 +188,13 @@ routed_one_key(FunctionCallInfo fcinfo, RoutedStatement kind,
 						  claim ? PG_GETARG_TEXT_PP(2) : NULL, claim ? 1 : 0,
 						  claim);
 	SPI_finish();
+	if (claim && rows > 0)
+	{
+		/* the outbox derives no ids from a routed claim */
+		DedupClaimOrigin origin = {PG_GETARG_TEXT_PP(2)};
+
+		dedup_claim_observed(&origin);
+	}
 	return rows > 0;
 }
 
@@ -314,6 +321,12 @@ dedup_claim_routed_many(PG_FUNCTION_ARGS)
 							  false, &start);
 		}
 		dedup_claim_counted(&frame);
+	}
+	if (rows > 0)
+	{
+		DedupClaimOrigin origin = {PG_GETARG_TEXT_PP(2)};
+
+		dedup_claim_observed(&origin);
 	}
 	PG_RETURN_ARRAYTYPE_P(dedup_batch_answers(&batch, answers));
 }

@@ -40,22 +40,22 @@ PG_FUNCTION_INFO_V1(dedup_claim);
 PG_FUNCTION_INFO_V1(dedup_claim_many);
 PG_FUNCTION_INFO_V1(dedup_try_claim);
 
-static void no_claim_observer(text *consumer, text *message_id);
-
-/* told of each claim that answers true (dedup_observe_claims) */
-static DedupClaimObserver claim_observer = no_claim_observer;
-
-/* the observer while none is set: nobody to tell */
-static void
-no_claim_observer(text *consumer, text *message_id)
-{
-}
+/* told of each claim that answers true (dedup_observe_claims), or NULL */
+static DedupClaimObserver claim_observer = NULL;
 
 /* _PG_init: who hears of each claim that answers true */
 void
 dedup_observe_claims(DedupClaimObserver observer)
 {
 	claim_observer = observer;
+}
+
+/* A claim answered true: tell the observer, if there is one */
+void
+dedup_claim_observed(const DedupClaimOrigin *origin)
+{
+	if (claim_observer != NULL)
+		claim_observer(origin);
 }
 
 /*
@@ -154,7 +154,12 @@ claim_keys(const ClaimOptions *options, text *consumer, BatchKey *keys,
 		PG_END_TRY();
 		outcomes[keys[done].position] = outcome;
 		if (outcome == CLAIM_CLAIMED)
-			claim_observer(consumer, nkeys == 1 ? keys[done].key : NULL);
+		{
+			DedupClaimOrigin origin = {consumer};
+
+			origin.message_id = nkeys == 1 ? keys[done].key : NULL;
+			dedup_claim_observed(&origin);
+		}
 		if (outcome != CLAIM_IN_PROGRESS)
 			dedup_stats_tally(&frame.tally,
 							  outcome == CLAIM_CLAIMED ? DEDUP_CLAIMED : DEDUP_DUPLICATE,

@@ -48,12 +48,27 @@ extern ArrayType *dedup_batch_answers(const DedupBatch *batch,
 #define DEDUP_CHECK_CLAIMANT	0x02	/* dedup_consumer_roles */
 
 /*
+ * A claim that answered true, as the observer hears of it: a single
+ * message id, a single offset (stream, partition, offset), or neither (a
+ * batch of more than one, or a routed claim: no single incoming message)
+ */
+typedef struct DedupClaimOrigin
+{
+	text	   *consumer;
+	text	   *message_id;		/* a claim of one message id, or NULL */
+	text	   *stream;			/* a claim of one offset, or NULL */
+	int32		partition;
+	int64		offset;
+} DedupClaimOrigin;
+
+/*
  * claim.c: who hears of each claim that answers true (the outbox, which
  * derives the ids of the transaction's messages from it), set by _PG_init;
- * the message id is NULL for a batch of more than one
+ * every kind of claim tells it through dedup_claim_observed
  */
-typedef void (*DedupClaimObserver) (text *consumer, text *message_id);
+typedef void (*DedupClaimObserver) (const DedupClaimOrigin *origin);
 extern void dedup_observe_claims(DedupClaimObserver observer);
+extern void dedup_claim_observed(const DedupClaimOrigin *origin);
 
 extern void dedup_claim_checks(const char *call, text *consumer, int checks);
 

@@ -7,22 +7,33 @@
  *
  * While the transaction's most recent successful claim is alive -- made in
  * this transaction, and not rolled back to a savepoint -- every message
- * published has an id derived from it: the first 16 bytes of
+ * published has an id derived from it: after a claim of one message id
+ * (dedup_claim, dedup_try_claim, dedup_claim_many of one), the first 16
+ * bytes of
  *
  *	 SHA-256("dedup-outbox-v1" || 0x00 || part(consumer) ||
  *			 part(incoming message id) || part(destination) || be32(ordinal))
  *
+ * and after a claim of one offset (dedup_claim_offset, dedup_claim_offsets
+ * of one), the first 16 bytes of
+ *
+ *	 SHA-256("dedup-outbox-offset-v1" || 0x00 || part(consumer) ||
+ *			 part(stream) || be32(partition) || be64(offset) ||
+ *			 part(destination) || be32(ordinal))
+ *
  * where part(s) is be32(octet length of s) || the bytes of s (in the
- * database encoding), be32 a 32-bit big-endian integer and ordinal the
- * place of this publish since that claim (1, 2, ...: every dedup_publish()
- * call, whatever its destination, including those rolled back to a
- * savepoint since), formatted as a UUID of version 8 (RFC 9562: the
- * version nibble 8, the variant bits 10).  Handling the same incoming
- * message again (after it was forgotten, or rolled back) publishing the
- * same messages in the same order yields the same ids, and the next hop's
- * dedup_claim() skips what it has processed.  A claim of a batch
- * (dedup_claim_many with more than one key) has no single incoming
- * message: after it, as without any claim, ids are random (version 4).
+ * database encoding), be32 and be64 big-endian integers of 32 and 64 bits
+ * and ordinal the place of this publish since that claim (1, 2, ...: every
+ * dedup_publish() call, whatever its destination, including those rolled
+ * back to a savepoint since), formatted as a UUID of version 8 (RFC 9562:
+ * the version nibble 8, the variant bits 10).  The two tags keep an offset
+ * from ever deriving the ids of a message id.  Handling the same incoming
+ * message again (after it was forgotten, or rolled back, or replayed from
+ * an offset) publishing the same messages in the same order yields the
+ * same ids, and the next hop's dedup_claim() skips what it has processed.
+ * A claim of a batch (of more than one message id or offset) or a routed
+ * claim has no single incoming message: after it, as without any claim,
+ * ids are random (version 4).
  *
  * What is remembered lives in TopTransactionContext and is forgotten at the
  * end of the transaction, and when the subtransaction of the claim (or one
@@ -46,11 +57,14 @@
 typedef struct OutboxOrigin
 {
 	bool		valid;
+	bool		offset;			/* a claim of one offset, not a message id */
 	SubTransactionId subid;		/* where the claim was made */
 	char	   *consumer;		/* in TopTransactionContext */
 	uint32		consumer_len;
-	char	   *message_id;
-	uint32		message_id_len;
+	char	   *incoming;		/* the message id, or the stream */
+	uint32		incoming_len;
+	int32		partition;		/* a claim of one offset: where it was */
+	int64		position;
 	uint32		ordinal;		/* publishes since the claim */
 } OutboxOrigin;
 
@@ -88,13 +102,24 @@ origin_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		origin.valid = false;
 }
 
+/* A copy of t's bytes in TopTransactionContext, its length at *len */
+static char *
+origin_copy(text *t, uint32 *len)
+{
+	char	   *copy;
+
+	*len = VARSIZE_ANY_EXHDR(t);
+	copy = MemoryContextAlloc(TopTransactionContext, Max(*len, 1));
+	memcpy(copy, VARDATA_ANY(t), *len);
+	return copy;
+}
+
 /*
- * The claim of message_id for consumer answered true: the messages
- * published from now on derive their ids from it.  message_id NULL: a
- * batch was claimed; they are random again.
+ * A claim answered true: the messages published from now on derive their
+ * ids from it, or are random again if it has no single incoming message.
  */
 void
-dedup_outbox_note_claim(text *consumer, text *message_id)
+dedup_outbox_note_claim(const DedupClaimOrigin *claim)
 {
 	if (!origin_callbacks)
 	{
@@ -105,20 +130,18 @@ dedup_outbox_note_claim(text *consumer, text *message_id)
 	if (origin.valid)
 	{
 		pfree(origin.consumer);
-		pfree(origin.message_id);
+		pfree(origin.incoming);
 		origin.valid = false;
 	}
-	if (message_id == NULL)
+	if (claim->message_id == NULL && claim->stream == NULL)
 		return;
 
-	origin.consumer_len = VARSIZE_ANY_EXHDR(consumer);
-	origin.consumer = MemoryContextAlloc(TopTransactionContext,
-										 Max(origin.consumer_len, 1));
-	memcpy(origin.consumer, VARDATA_ANY(consumer), origin.consumer_len);
-	origin.message_id_len = VARSIZE_ANY_EXHDR(message_id);
-	origin.message_id = MemoryContextAlloc(TopTransactionContext,
-										   Max(origin.message_id_len, 1));
-	memcpy(origin.message_id, VARDATA_ANY(message_id), origin.message_id_len);
+	origin.consumer = origin_copy(claim->consumer, &origin.consumer_len);
+	origin.offset = claim->message_id == NULL;
+	origin.incoming = origin_copy(origin.offset ? claim->stream :
+								  claim->message_id, &origin.incoming_len);
+	origin.partition = claim->partition;
+	origin.position = claim->offset;
 	origin.subid = GetCurrentSubTransactionId();
 	origin.ordinal = 0;
 	origin.valid = true;
@@ -170,7 +193,8 @@ origin_format(uint8 *bytes, int version, char *id)
 void
 dedup_outbox_next_id(const char *destination, int destination_len, char *id)
 {
-	static const char tag[] = "dedup-outbox-v1";
+	static const char message_tag[] = "dedup-outbox-v1";
+	static const char offset_tag[] = "dedup-outbox-offset-v1";
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	pg_cryptohash_ctx *ctx;
 	uint32		be;
@@ -190,9 +214,21 @@ dedup_outbox_next_id(const char *destination, int destination_len, char *id)
 	if (ctx == NULL || pg_cryptohash_init(ctx) < 0)
 		elog(ERROR, "could not compute a message id: %s",
 			 pg_cryptohash_error(ctx));
-	origin_hash(ctx, tag, sizeof(tag)); /* with its terminating zero */
+	/* each tag with its terminating zero */
+	if (origin.offset)
+		origin_hash(ctx, offset_tag, sizeof(offset_tag));
+	else
+		origin_hash(ctx, message_tag, sizeof(message_tag));
 	origin_hash_part(ctx, origin.consumer, origin.consumer_len);
-	origin_hash_part(ctx, origin.message_id, origin.message_id_len);
+	origin_hash_part(ctx, origin.incoming, origin.incoming_len);
+	if (origin.offset)
+	{
+		uint64		be64 = pg_hton64((uint64) origin.position);
+
+		be = pg_hton32((uint32) origin.partition);
+		origin_hash(ctx, &be, sizeof(be));
+		origin_hash(ctx, &be64, sizeof(be64));
+	}
 	origin_hash_part(ctx, destination, destination_len);
 	be = pg_hton32(origin.ordinal);
 	origin_hash(ctx, &be, sizeof(be));

@@ -11,6 +11,7 @@
 #ifndef DEDUP_OUTBOX_H
 #define DEDUP_OUTBOX_H
 
+#include "claim/claim.h"
 #include "datatype/timestamp.h"
 
 
@@ -21,13 +22,20 @@
 #define DEDUP_OUTBOX_MAX_NAME_BYTES	255
 #define DEDUP_OUTBOX_MAX_KEY_BYTES	1024
 
+/* a header's longest name, and the most the headers may take, in bytes */
+#define DEDUP_OUTBOX_MAX_HEADER_NAME_BYTES	255
+#define DEDUP_OUTBOX_MAX_HEADERS_BYTES		2048
+
+/* the key that signs the messages of WAL mode, in bytes */
+#define DEDUP_OUTBOX_SIGNING_KEY_BYTES	32
+
 /* settings (maintain.c) */
 extern int	dedup_outbox_retention_s;
 extern int	dedup_outbox_max_payload;
 extern void dedup_outbox_define_gucs(void);
 
 /* origin.c: the claim the transaction's messages are derived from */
-extern void dedup_outbox_note_claim(text *consumer, text *message_id);
+extern void dedup_outbox_note_claim(const DedupClaimOrigin *claim);
 extern void dedup_outbox_next_id(const char *destination, int destination_len,
 								 char *id);
 

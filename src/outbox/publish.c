@@ -52,6 +52,8 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "common/hmac.h"
+#include "common/sha2.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_index.h"
@@ -103,6 +105,7 @@ typedef struct PublishPlans
 	Oid			outbox;			/* dedup_outbox */
 	Oid			destinations;	/* dedup_outbox_destinations */
 	Oid			publishers;		/* dedup_outbox_publishers */
+	Oid			signing_key;	/* dedup_outbox_signing_key (1.5), or none */
 	SPIPlanPtr	lookup;			/* a destination's mode and publishers */
 	SPIPlanPtr	insert;			/* a row of dedup_outbox */
 } PublishPlans;
@@ -163,6 +166,13 @@ typedef struct Destination
 static HTAB *destinations = NULL;
 static MemoryContext destinations_context = NULL;
 
+/*
+ * The key WAL-mode messages are signed with, read with the destinations
+ * and forgotten with them
+ */
+static uint8 signing_key[DEDUP_OUTBOX_SIGNING_KEY_BYTES];
+static bool signing_key_valid = false;
+
 /* Forget every destination read */
 static void
 publish_destinations_reset(void)
@@ -170,6 +180,8 @@ publish_destinations_reset(void)
 	if (destinations_context != NULL)
 		MemoryContextReset(destinations_context);
 	destinations = NULL;
+	explicit_bzero(signing_key, sizeof(signing_key));
+	signing_key_valid = false;
 }
 
 /* A schema changed (renamed, dropped): prepare the plans again */
@@ -189,7 +201,7 @@ static void
 publish_destinations_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == plans.destinations ||
-		relid == plans.publishers)
+		relid == plans.publishers || relid == plans.signing_key)
 		publish_destinations_reset();
 	if (relid == InvalidOid || relid == plans.outbox)
 		outbox_direct = OUTBOX_DIRECT_UNKNOWN;
@@ -243,6 +255,106 @@ publish_check_size(const char *argname, Datum value)
 						   len, dedup_outbox_max_payload)));
 }
 
+/* A header name a broker acts on, or that the relay sets itself */
+static bool
+publish_reserved_header(const char *name, int len)
+{
+	return (len == 2 && pg_strncasecmp(name, "cc", 2) == 0) ||
+		(len == 3 && pg_strncasecmp(name, "bcc", 3) == 0) ||
+		(len >= 2 && pg_strncasecmp(name, "x-", 2) == 0) ||
+		(len >= 6 && pg_strncasecmp(name, "dedup-", 6) == 0);
+}
+
+/* Raise dedup_publish()'s error for header name, saying why in detail */
+static void
+publish_bad_header(const char *name, int len, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("header \"%s\" of dedup_publish is not accepted",
+					pnstrdup(name, Min(len, 64))),
+			 errdetail_internal("%s", detail),
+			 errhint("A header is a name of 1 to %d bytes, not CC, BCC or beginning with \"x-\" or \"dedup-\", with a string, an integer of 64 bits or a boolean as its value.",
+					 DEDUP_OUTBOX_MAX_HEADER_NAME_BYTES)));
+}
+
+/*
+ * Check that every broker can carry the headers as they are, so that the
+ * relay never meets a message it cannot send: a flat object (an AMQP
+ * field table, Kafka's record headers), its names short strings that no
+ * broker routes by (RabbitMQ's CC and BCC send a copy to further queues:
+ * a way around the publisher mapping; "x-" names are the broker's own;
+ * "dedup-" names the relay's), its values strings, integers of 64 bits or
+ * booleans, the whole as the relay encodes it at most
+ * DEDUP_OUTBOX_MAX_HEADERS_BYTES (a frame of the smallest frame size
+ * RabbitMQ accepts carries it).
+ */
+static void
+publish_check_headers(Jsonb *headers)
+{
+	JsonbIterator *it = JsonbIteratorInit(&headers->root);
+	JsonbIteratorToken token;
+	JsonbValue	v;
+	const char *name = NULL;
+	int			len = 0;
+	Size		encoded = 0;
+
+	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (token == WJB_KEY)
+		{
+			name = v.val.string.val;
+			len = v.val.string.len;
+			if (len == 0 || len > DEDUP_OUTBOX_MAX_HEADER_NAME_BYTES)
+				publish_bad_header(name, len,
+								   psprintf("Its name is %d bytes long.", len));
+			if (publish_reserved_header(name, len))
+				publish_bad_header(name, len,
+								   "A broker routes by it, or the relay sets it.");
+			/* a short string, a type octet */
+			encoded += 1 + len + 1;
+		}
+		else if (token == WJB_VALUE)
+		{
+			switch (v.type)
+			{
+				case jbvString:
+					encoded += 4 + v.val.string.len;
+					break;
+				case jbvBool:
+					encoded += 1;
+					break;
+				case jbvNumeric:
+					{
+						char	   *digits = DatumGetCString(DirectFunctionCall1(numeric_out,
+																				 NumericGetDatum(v.val.numeric)));
+						char	   *end;
+
+						errno = 0;
+						(void) strtoi64(digits, &end, 10);
+						if (errno != 0 || *end != '\0' || end == digits)
+							publish_bad_header(name, len,
+											   psprintf("Its value %s is not an integer of 64 bits.",
+														digits));
+						encoded += 8;
+						break;
+					}
+				default:
+					publish_bad_header(name, len,
+									   v.type == jbvNull ? "Its value is null." :
+									   "Its value is an array or an object.");
+			}
+		}
+	}
+	if (encoded > DEDUP_OUTBOX_MAX_HEADERS_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"headers\" of dedup_publish is too long"),
+				 errdetail("Encoded for the broker it is %zu bytes; at most %d bytes are accepted.",
+						   encoded, DEDUP_OUTBOX_MAX_HEADERS_BYTES),
+				 errhint("Put what does not fit into the payload.")));
+}
+
 /* Prepare and keep a plan of sql, or raise SPI's error */
 static SPIPlanPtr
 publish_prepare(const char *sql, int nargs, Oid *argtypes)
@@ -294,19 +406,29 @@ publish_plans(const DedupRelations *rels)
 	plans.outbox = dedup_member_table("dedup_outbox");
 	plans.destinations = dedup_member_table("dedup_outbox_destinations");
 	plans.publishers = dedup_member_table("dedup_outbox_publishers");
+	plans.signing_key = dedup_member_table("dedup_outbox_signing_key");
 	if (!OidIsValid(plans.outbox) || !OidIsValid(plans.destinations) ||
 		!OidIsValid(plans.publishers))
 		return false;
 	nspname = quote_identifier(get_namespace_name(rels->schema));
 
+	/* the key too, for a message in WAL mode; a table of 1.4 has none */
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
 					 "SELECT d.mode, ARRAY("
 					 "SELECT p.publisher::pg_catalog.oid FROM %s.dedup_outbox_publishers p"
-					 " WHERE p.destination OPERATOR(pg_catalog.=) d.destination)"
+					 " WHERE p.destination OPERATOR(pg_catalog.=) d.destination), ",
+					 nspname);
+	if (OidIsValid(plans.signing_key))
+		appendStringInfo(&sql,
+						 "(SELECT k.key FROM %s.dedup_outbox_signing_key k)",
+						 nspname);
+	else
+		appendStringInfoString(&sql, "NULL::pg_catalog.bytea");
+	appendStringInfo(&sql,
 					 " FROM %s.dedup_outbox_destinations d"
 					 " WHERE d.destination OPERATOR(pg_catalog.=) $1",
-					 nspname, nspname);
+					 nspname);
 	plans.lookup = publish_prepare(sql.data, 1, lookup_types);
 
 	resetStringInfo(&sql);
@@ -531,10 +653,40 @@ publish_cached_destination(const DedupRelations *rels, Oid user,
 	entry = hash_search(destinations, name, HASH_FIND, NULL);
 	if (entry == NULL)
 		return false;
+	if (entry->wal && !signing_key_valid)
+		return false;
 	publish_check_publisher(user, destination, entry->publishers,
 							entry->npublishers);
 	*wal = entry->wal;
 	return true;
+}
+
+/*
+ * Keep the signing key read with a WAL-mode destination (value, NULL when
+ * isnull), or raise the error of a key missing or damaged, or of tables
+ * older than 1.5, which have none.
+ */
+static void
+publish_read_signing_key(Datum value, bool isnull)
+{
+	bytea	   *key;
+
+	if (!OidIsValid(plans.signing_key))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dedup_publish() to a WAL-mode destination needs version 1.5 of extension \"dedup\""),
+				 errdetail("Version 1.5 signs the messages of WAL mode, and the relay sends no other."),
+				 errhint("Run ALTER EXTENSION dedup UPDATE.")));
+	key = isnull ? NULL : DatumGetByteaPP(value);
+	if (key == NULL || VARSIZE_ANY_EXHDR(key) != DEDUP_OUTBOX_SIGNING_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the signing key of dedup's outbox is missing"),
+				 errdetail("Table dedup_outbox_signing_key must have one row, a key of %d bytes.",
+						   DEDUP_OUTBOX_SIGNING_KEY_BYTES),
+				 errhint("A superuser inserts one: INSERT INTO dedup_outbox_signing_key SELECT pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid()));")));
+	memcpy(signing_key, VARDATA_ANY(key), DEDUP_OUTBOX_SIGNING_KEY_BYTES);
+	signing_key_valid = true;
 }
 
 /*
@@ -567,6 +719,8 @@ publish_destination(Oid user, text *destination)
 	publish_hold_drops();
 	LockRelationOid(plans.destinations, AccessShareLock);
 	LockRelationOid(plans.publishers, AccessShareLock);
+	if (OidIsValid(plans.signing_key))
+		LockRelationOid(plans.signing_key, AccessShareLock);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	rc = SPI_execute_snapshot(plans.lookup, &arg, NULL, snapshot,
 							  InvalidSnapshot, true, false, 1);
@@ -587,6 +741,10 @@ publish_destination(Oid user, text *destination)
 	array = DatumGetArrayTypeP(publishers);
 	deconstruct_array(array, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
 					  &roles, &nulls, &nroles);
+	if (wal)
+		publish_read_signing_key(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 3,
+											   &isnull), isnull);
 
 	if (destinations == NULL)
 	{
@@ -609,6 +767,47 @@ publish_destination(Oid user, text *destination)
 
 	publish_check_publisher(user, destination, oids, noids);
 	return wal;
+}
+
+/*
+ * Put the signature line in front of a WAL-mode message's JSON (content):
+ * "dedup-v1 ", the HMAC-SHA256 with the signing key of the top-level
+ * transaction id in decimal, a newline and the JSON, in 64 hex digits, and
+ * a newline.  The relay checks it, so that nothing but dedup_publish() can
+ * write a message it sends: whoever may emit logical decoding messages can
+ * neither read the key nor move a signed message into a transaction of
+ * their own.
+ */
+static void
+publish_sign(StringInfo content)
+{
+	static const char prefix[] = "dedup-v1 ";
+	char		xid[16];
+	uint8		mac[PG_SHA256_DIGEST_LENGTH];
+	pg_hmac_ctx *ctx;
+	StringInfoData signed_content;
+
+	Assert(signing_key_valid);
+	snprintf(xid, sizeof(xid), "%u\n", XidFromFullTransactionId(GetTopFullTransactionId()));
+	ctx = pg_hmac_create(PG_SHA256);
+	if (ctx == NULL ||
+		pg_hmac_init(ctx, signing_key, sizeof(signing_key)) < 0 ||
+		pg_hmac_update(ctx, (uint8 *) xid, strlen(xid)) < 0 ||
+		pg_hmac_update(ctx, (uint8 *) content->data, content->len) < 0 ||
+		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
+		elog(ERROR, "could not sign a message: %s", pg_hmac_error(ctx));
+	pg_hmac_free(ctx);
+
+	initStringInfo(&signed_content);
+	enlargeStringInfo(&signed_content,
+					  sizeof(prefix) + 2 * sizeof(mac) + content->len + 1);
+	appendStringInfoString(&signed_content, prefix);
+	signed_content.len += hex_encode((char *) mac, sizeof(mac),
+									 signed_content.data + signed_content.len);
+	appendStringInfoChar(&signed_content, '\n');
+	appendBinaryStringInfo(&signed_content, content->data, content->len);
+	pfree(content->data);
+	*content = signed_content;
 }
 
 /*
@@ -653,6 +852,7 @@ publish_wal(const char *id, text *destination, text *payload, text *key,
 	escape_json(&content, text_to_cstring(payload));
 	appendStringInfoChar(&content, '}');
 
+	publish_sign(&content);
 	(void) dedup_log_logical_message("dedup", content.data, content.len, true);
 	pfree(content.data);
 }
@@ -728,6 +928,7 @@ dedup_publish(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("argument \"headers\" of dedup_publish must be a JSON object")));
+		publish_check_headers(headers);
 	}
 	destination = PG_GETARG_TEXT_PP(0);
 	payload = PG_GETARG_TEXT_PP(1);

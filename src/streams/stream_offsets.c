@@ -300,6 +300,19 @@ position_set(const char *function, const PositionKey *key,
 	}
 	count_answers(key, claimed, noffsets - claimed,
 				  dedup_claim_waited(lock_wait_mark), &start);
+	if (claimed > 0)
+	{
+		DedupClaimOrigin origin = {key->consumer};
+
+		/* one offset is one incoming message; a batch has none */
+		if (noffsets == 1)
+		{
+			origin.stream = key->stream;
+			origin.partition = key->partition;
+			origin.offset = offsets[0];
+		}
+		dedup_claim_observed(&origin);
+	}
 	return found;
 }
 

@@ -31,6 +31,8 @@ use lib "$FindBin::Bin/../perl";
 use DedupNode;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Digest::SHA qw(hmac_sha256_hex);
+use JSON::PP;
 
 my $node = DedupNode->create(
 	'outbox',
@@ -74,14 +76,37 @@ ROLLBACK;
 my @ids = grep { /^[0-9a-f-]{36}$/ } split /\n/, $ids;
 is(scalar(@ids), 4, 'an id for each of the four publishes');
 
-my $decoded = $node->safe_psql(
-	'postgres', q{
-SELECT c->>'id', c->>'destination', c->>'key', c->'headers', c->>'payload'
-  FROM (SELECT substring(data FROM '^message: transactional: 1 prefix: dedup, sz: \d+ content:(.*)$')::jsonb AS c
-		  FROM pg_logical_slot_get_changes('outbox_text', NULL, NULL)
-		 WHERE data LIKE 'message:%') m});
+# each message, "dedup-v1 " and its HMAC-SHA256 signature on a line of its
+# own, then the JSON: signed with the database's key over the id of the
+# transaction that test_decoding's BEGIN line gives, and the JSON
+my $key = pack('H*',
+	$node->safe_psql('postgres',
+		q{SELECT encode(key, 'hex') FROM dedup_outbox_signing_key}));
+my (@content, $xid);
+foreach my $change (
+	split /\x1e/,
+	$node->safe_psql(
+		'postgres', q{
+SELECT string_agg(data, E'\x1e')
+  FROM pg_logical_slot_get_changes('outbox_text', NULL, NULL)}))
+{
+	$xid = $1 if $change =~ /^BEGIN (\d+)$/;
+	next
+	  unless $change =~
+	  /^message: transactional: 1 prefix: dedup, sz: \d+ content:dedup-v1 ([0-9a-f]{64})\n(.*)$/s;
+	my ($mac, $json) = ($1, $2);
+	is($mac, hmac_sha256_hex("$xid\n$json", $key),
+		"message of transaction $xid: signed with the key, over its transaction id and its JSON");
+	push @content, $json;
+}
+my $decoded = join "\n", map {
+	my $c = decode_json($_);
+	join '|', map { $_ // '' } $c->{id}, $c->{destination}, $c->{key},
+	  (defined $c->{headers} ? JSON::PP->new->canonical->encode($c->{headers}) : 'null'),
+	  $c->{payload}
+} @content;
 is( $decoded,
-	"$ids[0]|events|cust-1|{\"type\": \"charged\"}|charged \"42\"\n\n"
+	"$ids[0]|events|cust-1|{\"type\":\"charged\"}|charged \"42\"\n\n"
 	  . "$ids[2]|events||null|second",
 	'test_decoding: the two committed messages, transactional, prefix dedup, the JSON content (key and headers null when not given)'
 );

@@ -1,4 +1,4 @@
-/* sql/dedup--1.4.sql: dedup 1.4, the current version, as a fresh install creates it */
+/* sql/dedup--1.5.sql: dedup 1.5, the current version, as a fresh install creates it */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION dedup" to load this file. \quit
@@ -14,12 +14,12 @@
  * comments and attributes of every object, after a fresh install and after
  * every update path, the versions taken from the names of these scripts.
  *
- * Keeping them in step.  A change to the SQL objects in 1.5 (say) is
+ * Keeping them in step.  A change to the SQL objects in 1.6 (say) is
  * written twice:
- *   - as an update, in dedup--1.4--1.5.sql: the change itself (ALTER,
+ *   - as an update, in dedup--1.5--1.6.sql: the change itself (ALTER,
  *     CREATE OR REPLACE, or DROP and CREATE), the guard at its top naming
  *     every object it creates, as in the earlier update scripts;
- *   - in final form here: this file becomes dedup--1.5.sql (git mv: one
+ *   - in final form here: this file becomes dedup--1.6.sql (git mv: one
  *     current script only; dedup--1.0.sql and the update scripts stay),
  *     each changed object edited where it stands, a new one put beside its
  *     kin, the version numbers of this header moved on;
@@ -110,6 +110,7 @@ BEGIN
 			'index dedup_outbox_destinations_pkey',
 			'table dedup_outbox_publishers',
 			'index dedup_outbox_publishers_pkey',
+			'table dedup_outbox_signing_key',
 			'table dedup_outbox',
 			'sequence dedup_outbox_seq_seq',
 			'index dedup_outbox_pkey',
@@ -171,7 +172,7 @@ BEGIN
 			ERRCODE = planted.sqlstate,
 			MESSAGE = pg_catalog.format('%s %s already exists and is not a member of extension "dedup"'::pg_catalog.text,
 										planted.type, planted.identity),
-			DETAIL = pg_catalog.format('dedup 1.4 creates %s %s in schema %s; the one there is owned by role "%s".'::pg_catalog.text,
+			DETAIL = pg_catalog.format('dedup 1.5 creates %s %s in schema %s; the one there is owned by role "%s".'::pg_catalog.text,
 									   planted.kind,
 									   pg_catalog.split_part(planted.name, '('::pg_catalog.text, 1),
 									   pg_catalog.quote_ident(planted.nspname), planted.owner),
@@ -1147,6 +1148,37 @@ ALTER TABLE @extschema@.dedup_outbox_publishers
 	ENABLE ALWAYS TRIGGER dedup_outbox_publishers_truncated;
 
 /*
+ * The key that signs the messages of WAL-mode destinations: dedup_publish()
+ * puts an HMAC-SHA256 of each message, with its transaction's id, in front
+ * of it, and the relay sends only what it can verify, so that nobody who
+ * can emit a logical decoding message (pg_logical_emit_message) can make
+ * the relay send one.  One row, made at CREATE EXTENSION; never dumped (a
+ * restored database makes a key of its own).  Readable by nobody but its
+ * owner: a relay in WAL mode is granted SELECT on it.  A change reaches
+ * every backend's cache as a change of the destinations does.
+ */
+CREATE TABLE @extschema@.dedup_outbox_signing_key (
+	key bytea NOT NULL,
+	CONSTRAINT dedup_outbox_signing_key_length
+		CHECK (pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 32)
+);
+COMMENT ON TABLE @extschema@.dedup_outbox_signing_key IS
+	'dedup: the key that signs the messages of WAL-mode destinations; readable only by the relay''s role';
+INSERT INTO @extschema@.dedup_outbox_signing_key (key)
+SELECT pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
+						 OPERATOR(pg_catalog.||)
+						 pg_catalog.uuid_send(pg_catalog.gen_random_uuid()));
+CREATE TRIGGER dedup_outbox_signing_key_changed
+	AFTER INSERT OR UPDATE OR DELETE ON @extschema@.dedup_outbox_signing_key
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+CREATE TRIGGER dedup_outbox_signing_key_truncated
+	AFTER TRUNCATE ON @extschema@.dedup_outbox_signing_key
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.dedup_consumer_roles_changed();
+ALTER TABLE @extschema@.dedup_outbox_signing_key
+	ENABLE ALWAYS TRIGGER dedup_outbox_signing_key_changed,
+	ENABLE ALWAYS TRIGGER dedup_outbox_signing_key_truncated;
+
+/*
  * The messages of table-mode destinations.  seq is the order of the
  * dedup_publish() calls, which a relay keeps per (destination, key);
  * message_id is what the next hop claims.  A relay leases unsent messages
@@ -1533,6 +1565,7 @@ COMMENT ON VIEW @extschema@.dedup_outbox_slots IS
 REVOKE ALL ON TABLE @extschema@.dedup_outbox_destinations FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.dedup_outbox_publishers FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.dedup_outbox FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.dedup_outbox_signing_key FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_valid(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_add_destination(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_drop_messages(text, boolean) FROM PUBLIC;
