@@ -132,6 +132,11 @@ BEGIN
 			'function dedup_outbox_resend(pg_catalog.text)',
 			'function dedup_outbox_sweep()',
 			'function dedup_outbox_retention()',
+			'table dedup_outbox_dead_letters',
+			'index dedup_outbox_dead_letters_pkey',
+			'function dedup_outbox_refused(pg_catalog.text,pg_catalog.int8[],pg_catalog.text)',
+			'function dedup_outbox_audit_retry(pg_catalog.text,pg_catalog.int8)',
+			'function dedup_outbox_retry(pg_catalog.text)',
 			'view dedup_outbox_backlog',
 			'view dedup_outbox_slots'
 		 ]::pg_catalog.text[]) AS n(object)
@@ -1238,6 +1243,36 @@ SELECT pg_catalog.pg_extension_config_dump(d.objid::pg_catalog.regclass, ''::pg_
    AND c.relname OPERATOR(pg_catalog.=) 'dedup_outbox'::pg_catalog.name;
 
 /*
+ * Messages the broker refused dedup.outbox_max_attempts times (no queue
+ * for their destination, a nack again and again), moved aside by the
+ * relay (dedup_outbox_refused) so that they stop taking its time and stop
+ * holding back the later messages of their key.  seq is the one they had
+ * in dedup_outbox.  An operator sends one again with dedup_outbox_retry().
+ * pg_dump keeps them.
+ */
+CREATE TABLE @extschema@.dedup_outbox_dead_letters (
+	message_id text NOT NULL,
+	seq bigint NOT NULL,
+	destination text NOT NULL,
+	key text,
+	headers jsonb,
+	payload text NOT NULL,
+	created_at timestamptz NOT NULL,
+	attempts integer NOT NULL,
+	dead_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	reason text NOT NULL,
+	CONSTRAINT dedup_outbox_dead_letters_pkey PRIMARY KEY (message_id)
+);
+COMMENT ON TABLE @extschema@.dedup_outbox_dead_letters IS
+	'dedup: outbox messages the broker refused dedup.outbox_max_attempts times, moved aside; dedup_outbox_retry() sends one again';
+SELECT pg_catalog.pg_extension_config_dump(c.oid::pg_catalog.regclass, ''::pg_catalog.text)
+  FROM pg_catalog.pg_class c
+ WHERE c.relnamespace OPERATOR(pg_catalog.=)
+	   (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+		 WHERE e.extname OPERATOR(pg_catalog.=) 'dedup'::pg_catalog.name)
+   AND c.relname OPERATOR(pg_catalog.=) 'dedup_outbox_dead_letters'::pg_catalog.name;
+
+/*
  * dedup_outbox_valid(value, argument, function): value, or the error a
  * caller of function must see when argument value is NULL (22004), empty
  * or longer than 255 bytes (22023): destination and relay names.
@@ -1463,6 +1498,90 @@ BEGIN ATOMIC
 END;
 
 /*
+ * dedup_outbox_refused(relay, seqs, reason): the broker refused the
+ * messages seqs that relay leased (returned them, nacked them): their
+ * leases are given back, and those leased dedup.outbox_max_attempts times
+ * or more (0: never) are moved to dedup_outbox_dead_letters with reason;
+ * returns how many were moved.  A relay gives back with
+ * dedup_outbox_release() what it did not send (an outage, the later
+ * messages of a key), which counts nothing.
+ */
+CREATE FUNCTION @extschema@.dedup_outbox_refused(relay text, seqs bigint[], reason text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET jit = off
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_outbox_valid(dedup_outbox_refused.relay, 'relay'::pg_catalog.text,
+										  'dedup_outbox_refused'::pg_catalog.text);
+	WITH settings AS (
+		SELECT pg_catalog.current_setting('dedup.outbox_max_attempts'::pg_catalog.text)::pg_catalog.int4 AS max_attempts),
+	dead AS (
+		DELETE FROM @extschema@.dedup_outbox o
+		 USING settings s
+		 WHERE o.seq OPERATOR(pg_catalog.=) ANY (dedup_outbox_refused.seqs)
+		   AND o.sent_at IS NULL
+		   AND o.lease_holder OPERATOR(pg_catalog.=) dedup_outbox_refused.relay
+		   AND o.lease_until IS NOT NULL
+		   AND s.max_attempts OPERATOR(pg_catalog.>) 0
+		   AND o.attempts OPERATOR(pg_catalog.>=) s.max_attempts
+		RETURNING o.message_id, o.seq, o.destination, o.key, o.headers,
+				  o.payload, o.created_at, o.attempts),
+	moved AS (
+		INSERT INTO @extschema@.dedup_outbox_dead_letters AS l
+			   (message_id, seq, destination, key, headers, payload, created_at,
+				attempts, reason)
+		SELECT d.message_id, d.seq, d.destination, d.key, d.headers, d.payload,
+			   d.created_at, d.attempts,
+			   COALESCE(dedup_outbox_refused.reason, 'refused by the broker'::pg_catalog.text)
+		  FROM dead d
+		RETURNING 1),
+	released AS (
+		UPDATE @extschema@.dedup_outbox o
+		   SET lease_until = NULL::pg_catalog.timestamptz
+		  FROM settings s
+		 WHERE o.seq OPERATOR(pg_catalog.=) ANY (dedup_outbox_refused.seqs)
+		   AND o.sent_at IS NULL
+		   AND o.lease_holder OPERATOR(pg_catalog.=) dedup_outbox_refused.relay
+		   AND o.lease_until IS NOT NULL
+		   AND (s.max_attempts OPERATOR(pg_catalog.=) 0
+				OR o.attempts OPERATOR(pg_catalog.<) s.max_attempts)
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM moved;
+END;
+
+/*
+ * dedup_outbox_retry(message_id): move a dead letter back into the outbox,
+ * to be sent again (after what its key published since: a new seq, its
+ * attempts from 0); true if there was one.  For operators: every call is in
+ * the server log, which dedup_outbox_audit_retry() writes.
+ */
+CREATE FUNCTION @extschema@.dedup_outbox_audit_retry(message_id text, seq bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dedup_outbox_audit_retry'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.dedup_outbox_retry(message_id text)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+BEGIN ATOMIC
+	WITH back AS (
+		DELETE FROM @extschema@.dedup_outbox_dead_letters l
+		 WHERE l.message_id OPERATOR(pg_catalog.=) dedup_outbox_retry.message_id
+		RETURNING l.message_id, l.destination, l.key, l.headers, l.payload,
+				  l.created_at),
+	unsent AS (
+		INSERT INTO @extschema@.dedup_outbox AS o
+			   (message_id, destination, key, headers, payload, created_at)
+		SELECT b.message_id, b.destination, b.key, b.headers, b.payload,
+			   b.created_at
+		  FROM back b
+		ON CONFLICT (message_id) DO NOTHING
+		RETURNING o.seq)
+	SELECT @extschema@.dedup_outbox_audit_retry(dedup_outbox_retry.message_id,
+												(SELECT u.seq FROM unsent u));
+END;
+
+/*
  * dedup_outbox_resend(message_id): send a sent message again, on purpose
  * (the next hop lost it); true if it was sent and is unsent now.  For
  * operators: every call is in the server log, which
@@ -1526,7 +1645,9 @@ CREATE VIEW @extschema@.dedup_outbox_backlog AS
 		   (SELECT pg_catalog.max(s.sent_at) FROM @extschema@.dedup_outbox s
 			 WHERE s.sent_at IS NOT NULL
 			   AND s.destination OPERATOR(pg_catalog.=) d.destination) AS last_sent_at,
-		   @extschema@.dedup_outbox_retention() AS retention
+		   @extschema@.dedup_outbox_retention() AS retention,
+		   (SELECT pg_catalog.count(*) FROM @extschema@.dedup_outbox_dead_letters l
+			 WHERE l.destination OPERATOR(pg_catalog.=) d.destination) AS dead_letters
 	  FROM @extschema@.dedup_outbox_destinations d
 	 CROSS JOIN LATERAL (
 		SELECT pg_catalog.count(*) AS unsent,
@@ -1537,7 +1658,7 @@ CREATE VIEW @extschema@.dedup_outbox_backlog AS
 		 WHERE o.sent_at IS NULL
 		   AND o.destination OPERATOR(pg_catalog.=) d.destination) u;
 COMMENT ON VIEW @extschema@.dedup_outbox_backlog IS
-	'dedup: per outbox destination, unsent and leased messages, the oldest unsent one''s age, and what was sent lately';
+	'dedup: per outbox destination, unsent and leased messages, the oldest unsent one''s age, what was sent lately, and the dead letters';
 
 /*
  * The logical replication slots of this database, with how far each is
@@ -1579,6 +1700,10 @@ REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_sent(text, bigint[]) FROM PUBLIC
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_release(text, bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_audit_resend(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_resend(text) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.dedup_outbox_dead_letters FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_refused(text, bigint[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_audit_retry(text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_retry(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_sweep() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_retention() FROM PUBLIC;
 REVOKE ALL ON @extschema@.dedup_outbox_backlog FROM PUBLIC;

@@ -441,6 +441,61 @@ ALTER TABLE dedup_outbox DROP COLUMN tenant;
 SELECT dedup_publish('orders', 'after a dropped column') IS NOT NULL AS published;
 SELECT attempts, created_at > now() - interval '1 hour' AS recent FROM dedup_outbox WHERE payload = 'after a dropped column';
 
+-- refused by the broker: given back, moved to the dead letters at the
+-- dedup.outbox_max_attempts-th lease (10 here, the default; not a setting a
+-- session may change), unblocking its key; retried on purpose, audited
+SELECT dedup_add_destination('no-queue');
+SELECT dedup_publish('no-queue', 'never routed', 'k-dead') AS dead_id \gset
+SELECT dedup_publish('no-queue', 'behind it', 'k-dead') IS NOT NULL AS published;
+SET dedup.outbox_max_attempts = 1;
+\echo :LAST_ERROR_SQLSTATE
+GRANT EXECUTE ON FUNCTION dedup_outbox_refused(text, bigint[], text) TO regress_ob_relay;
+SET ROLE regress_ob_relay;
+-- nine leases, each refused: given back each time, nothing moved
+DO $$
+DECLARE
+	m record;
+BEGIN
+	FOR i IN 1..9 LOOP
+		SELECT * INTO m FROM dedup.dedup_outbox_lease('relay-dl', 1, '1 minute', ARRAY['no-queue']);
+		IF dedup.dedup_outbox_refused('relay-dl', ARRAY[m.seq], '312 NO_ROUTE') <> 0 THEN
+			RAISE 'moved at attempt %', m.attempts;
+		END IF;
+	END LOOP;
+END $$;
+-- another relay's lease is not this one's to refuse
+SELECT seq, payload, attempts FROM dedup.dedup_outbox_lease('relay-dl', 1, '1 minute', ARRAY['no-queue']) \gset dl_
+\echo :dl_payload :dl_attempts
+SELECT dedup.dedup_outbox_refused('relay-other', ARRAY[:dl_seq]::bigint[], 'not mine') AS not_its_lease;
+SELECT dedup.dedup_outbox_refused('relay-dl', ARRAY[:dl_seq]::bigint[], '312 NO_ROUTE: no queue "no-queue"') AS moved;
+SELECT dedup.dedup_outbox_refused(NULL, ARRAY[1]::bigint[], 'x');
+\echo :LAST_ERROR_SQLSTATE
+-- the key goes on behind it
+SELECT payload, attempts FROM dedup.dedup_outbox_lease('relay-dl', 10, '1 minute', ARRAY['no-queue']);
+SELECT dedup.dedup_outbox_release('relay-dl', NULL) AS released;
+-- nor may the relay read or retry a dead letter
+SELECT count(*) FROM dedup.dedup_outbox_dead_letters;
+\echo :LAST_ERROR_SQLSTATE
+SELECT dedup.dedup_outbox_retry(:'dead_id');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT message_id = :'dead_id' AS the_message, seq = :dl_seq AS its_seq, destination, key,
+	   payload, attempts, reason, dead_at > now() - interval '1 hour' AS recent
+  FROM dedup_outbox_dead_letters;
+SELECT destination, unsent, dead_letters FROM dedup.dedup_outbox_backlog WHERE destination = 'no-queue';
+-- monitoring sees the count, never the letter
+SET ROLE regress_ob_monitor;
+SELECT destination, dead_letters FROM dedup.dedup_outbox_backlog WHERE destination = 'no-queue';
+SELECT count(*) FROM dedup.dedup_outbox_dead_letters;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT dedup_outbox_retry(:'dead_id') AS retried, dedup_outbox_retry(:'dead_id') AS not_dead_now;
+SELECT dedup_outbox_retry(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT payload, attempts, sent_at IS NULL AS unsent, seq > :dl_seq AS behind_its_key
+  FROM dedup_outbox WHERE message_id = :'dead_id';
+SELECT count(*) AS dead_letters FROM dedup_outbox_dead_letters;
+
 DROP EXTENSION dedup;
 DROP SCHEMA dedup;
 DROP ROLE regress_ob_app, regress_ob_other, regress_ob_relay, regress_ob_monitor;

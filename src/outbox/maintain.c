@@ -2,11 +2,11 @@
  *
  * maintain.c
  *	  Keeping the outbox: its settings (dedup.outbox_retention,
- *	  dedup.outbox_max_payload), the deletion of sent messages once
+ *	  dedup.outbox_max_payload, dedup.outbox_max_attempts), the deletion of sent messages once
  *	  dedup.outbox_retention has passed (dedup_outbox_sweep(), and the
  *	  batches of the retention worker's step, dedup_outbox_sweep_batch()),
  *	  and the audit of a message sent again on purpose
- *	  (dedup_outbox_resend()).
+ *	  (dedup_outbox_resend(), dedup_outbox_retry()).
  *
  * Only sent messages are ever deleted: a message is deleted when its
  * sent_at is older than the retention, checked again on the row's latest
@@ -46,9 +46,11 @@
 PG_FUNCTION_INFO_V1(dedup_outbox_sweep);
 PG_FUNCTION_INFO_V1(dedup_outbox_retention);
 PG_FUNCTION_INFO_V1(dedup_outbox_audit_resend);
+PG_FUNCTION_INFO_V1(dedup_outbox_audit_retry);
 
 int			dedup_outbox_retention_s = 60 * 60;
 int			dedup_outbox_max_payload = 1024 * 1024;
+int			dedup_outbox_max_attempts = 10;
 
 /* The outbox's settings: called by dedup_define_gucs() */
 void
@@ -69,6 +71,15 @@ dedup_outbox_define_gucs(void)
 							&dedup_outbox_max_payload,
 							1024 * 1024, 1, MaxAllocSize / 4,
 							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	/* read by dedup_outbox_refused(), as the relay: no role may change it */
+	DefineCustomIntVariable("dedup.outbox_max_attempts",
+							"Attempts after which a message the broker refuses is moved to the outbox's dead letters.",
+							"0 never moves one aside.",
+							&dedup_outbox_max_attempts,
+							10, 0, INT_MAX,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 }
 
@@ -189,15 +200,17 @@ dedup_outbox_sweep_batch(void)
 }
 
 /*
- * dedup_outbox_audit_resend(message_id text, seq bigint) RETURNS boolean
- *
- * The audit line of dedup_outbox_resend(message_id), which made the sent
- * message seq unsent again (seq NULL: found no sent message of that id);
- * returns whether it did.  Who is the role outside SECURITY DEFINER
- * functions, as in every audit line (audit.c).
+ * The audit line of an operator's change to the message message_id
+ * (argument 0 of fcinfo) of function, which made it seq (argument 1; NULL:
+ * it found nothing to change): the role outside SECURITY DEFINER
+ * functions, as in every audit line (audit.c), then "<did> id <id> (seq
+ * <seq>) <how> in transaction <xid>", or "found no <missing> with id <id>
+ * <how_not>".  Returns whether it did.
  */
-Datum
-dedup_outbox_audit_resend(PG_FUNCTION_ARGS)
+static bool
+outbox_audit(FunctionCallInfo fcinfo, const char *function,
+			 const char *did, const char *how, const char *missing,
+			 const char *how_not)
 {
 	char	   *message_id;
 	char	   *who;
@@ -205,7 +218,8 @@ dedup_outbox_audit_resend(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"message_id\" of dedup_outbox_resend must not be null")));
+				 errmsg("argument \"message_id\" of %s must not be null",
+						function)));
 	message_id = dedup_quote_literal(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	who = psprintf("role %s (session user %s)",
 				   dedup_quote_literal(GetUserNameFromId(GetOuterUserId(), false)),
@@ -214,10 +228,40 @@ dedup_outbox_audit_resend(PG_FUNCTION_ARGS)
 			(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
 			 errhidestmt(true),
 			 PG_ARGISNULL(1) ?
-			 errmsg("dedup audit: %s found no sent outbox message with id %s to send again",
-					who, message_id) :
-			 errmsg("dedup audit: %s made outbox message id %s (seq %lld) unsent again in transaction %u",
-					who, message_id, (long long) PG_GETARG_INT64(1),
+			 errmsg("dedup audit: %s found no %s with id %s %s", who, missing,
+					message_id, how_not) :
+			 errmsg("dedup audit: %s %s id %s (seq %lld) %s in transaction %u",
+					who, did, message_id, (long long) PG_GETARG_INT64(1), how,
 					GetTopTransactionId())));
-	PG_RETURN_BOOL(!PG_ARGISNULL(1));
+	return !PG_ARGISNULL(1);
+}
+
+/*
+ * dedup_outbox_audit_resend(message_id text, seq bigint) RETURNS boolean
+ *
+ * The audit line of dedup_outbox_resend(message_id), which made the sent
+ * message seq unsent again (seq NULL: found no sent message of that id);
+ * returns whether it did.
+ */
+Datum
+dedup_outbox_audit_resend(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(outbox_audit(fcinfo, "dedup_outbox_resend",
+								"made outbox message", "unsent again",
+								"sent outbox message", "to send again"));
+}
+
+/*
+ * dedup_outbox_audit_retry(message_id text, seq bigint) RETURNS boolean
+ *
+ * The audit line of dedup_outbox_retry(message_id), which moved the dead
+ * letter back into dedup_outbox as the unsent message seq (NULL: found no
+ * dead letter of that id); returns whether it did.
+ */
+Datum
+dedup_outbox_audit_retry(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(outbox_audit(fcinfo, "dedup_outbox_retry",
+								"moved the dead letter", "back into the outbox",
+								"dead letter", "to send again"));
 }

@@ -32,6 +32,7 @@
 /* settings (maintain.c) */
 extern int	dedup_outbox_retention_s;
 extern int	dedup_outbox_max_payload;
+extern int	dedup_outbox_max_attempts;
 extern void dedup_outbox_define_gucs(void);
 
 /* origin.c: the claim the transaction's messages are derived from */
