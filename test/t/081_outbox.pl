@@ -5,8 +5,10 @@
 # One node with dedup preloaded, wal_level logical, sweeps on request.
 #
 #   1. WAL mode: what dedup_publish() writes is a transactional logical
-#      decoding message with the prefix 'dedup' and the JSON content of the
-#      spec, read back with test_decoding and pgoutput (messages 'true'):
+#      decoding message with the prefix 'dedup', its signature line
+#      (HMAC-SHA256 with the database's key over the transaction id and the
+#      JSON) and the JSON content of the spec, read back with test_decoding
+#      and pgoutput (messages 'true'):
 #      committed messages only (not those rolled back, nor those rolled
 #      back to a savepoint), ids derived from the claim, nothing stored in
 #      dedup_outbox; dedup_outbox_slots shows the slot and how far behind it
@@ -15,13 +17,15 @@
 #      dedup.outbox_retention, in batches of dedup.sweep_batch_size, counted
 #      in dedup_sweeper; unsent messages stay however old, and so do sent
 #      ones within the window; dedup.outbox_retention = -1 keeps them all.
-#   3. dedup_outbox_resend() as an operator's role: the audit line names
-#      the role outside the SECURITY DEFINER function and the session user,
-#      the message id as a literal that cannot break the line, the seq and
-#      the transaction; a second call finds nothing sent and says so.
-#   4. pg_dump and pg_restore: the destinations, the mapping and the unsent
-#      messages are restored, the sent ones are not, and seq goes on past
-#      the restored messages.
+#   3. dedup_outbox_resend() and dedup_outbox_retry() as an operator's
+#      role: the audit line names the role outside the SECURITY DEFINER
+#      function and the session user, the message id as a literal that
+#      cannot break the line, the seq and the transaction; a second call
+#      finds nothing to do and says so.
+#   4. pg_dump and pg_restore: the destinations, the mapping, the unsent
+#      messages and the dead letters are restored, the sent ones are not,
+#      nor the signing key (the restored database makes its own), and seq
+#      goes on past the restored messages.
 #
 use strict;
 use warnings;
@@ -79,8 +83,10 @@ is(scalar(@ids), 4, 'an id for each of the four publishes');
 # each message, "dedup-v1 " and its HMAC-SHA256 signature on a line of its
 # own, then the JSON: signed with the database's key over the id of the
 # transaction that test_decoding's BEGIN line gives, and the JSON
-my $key = pack('H*',
-	$node->safe_psql('postgres',
+my $key = pack(
+	'H*',
+	$node->safe_psql(
+		'postgres',
 		q{SELECT encode(key, 'hex') FROM dedup_outbox_signing_key}));
 my (@content, $xid);
 foreach my $change (
@@ -95,14 +101,18 @@ SELECT string_agg(data, E'\x1e')
 	  unless $change =~
 	  /^message: transactional: 1 prefix: dedup, sz: \d+ content:dedup-v1 ([0-9a-f]{64})\n(.*)$/s;
 	my ($mac, $json) = ($1, $2);
-	is($mac, hmac_sha256_hex("$xid\n$json", $key),
-		"message of transaction $xid: signed with the key, over its transaction id and its JSON");
+	is( $mac,
+		hmac_sha256_hex("$xid\n$json", $key),
+		"message of transaction $xid: signed with the key, over its transaction id and its JSON"
+	);
 	push @content, $json;
 }
 my $decoded = join "\n", map {
 	my $c = decode_json($_);
 	join '|', map { $_ // '' } $c->{id}, $c->{destination}, $c->{key},
-	  (defined $c->{headers} ? JSON::PP->new->canonical->encode($c->{headers}) : 'null'),
+	  ( defined $c->{headers}
+		? JSON::PP->new->canonical->encode($c->{headers})
+		: 'null'),
 	  $c->{payload}
 } @content;
 is( $decoded,
@@ -229,6 +239,36 @@ is( $node->safe_psql(
 	't|t',
 	'the message is unsent, without a lease');
 
+# a dead letter retried: the same audit, its new seq
+$node->safe_psql(
+	'postgres', q{
+GRANT EXECUTE ON FUNCTION dedup.dedup_outbox_retry(text) TO outbox_ops;
+INSERT INTO dedup_outbox_dead_letters
+	   (message_id, seq, destination, key, payload, created_at, attempts, reason)
+VALUES (E'dead\nLOG:  forged', 1000, 'orders', NULL, 'refused', now(), 10, '312 NO_ROUTE');
+});
+$offset = -s $node->logfile;
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT dedup_outbox_retry(E'dead\nLOG:  forged'), dedup_outbox_retry(E'dead\nLOG:  forged')},
+		extra_params => [ '-U', 'outbox_ops' ]),
+	't|f',
+	'retried once; the second call finds no dead letter');
+my $new_seq = $node->safe_psql('postgres',
+	q{SELECT seq FROM dedup_outbox WHERE message_id = E'dead\nLOG:  forged' AND sent_at IS NULL}
+);
+ok( $node->wait_log_count(
+		$offset,
+		qr/dedup audit: role 'outbox_ops' \(session user 'outbox_ops'\) moved the dead letter id E'dead\\nLOG:  forged' \(seq $new_seq\) back into the outbox in transaction \d+/,
+		1),
+	'the retry is in the server log, with the id quoted on one line and its new seq'
+);
+ok( $node->wait_log_count(
+		$offset,
+		qr/dedup audit: role 'outbox_ops' \(session user 'outbox_ops'\) found no dead letter with id E'dead\\nLOG:  forged' to send again/,
+		1),
+	'so is the call that found none');
+
 ###############################################################################
 note('4. pg_dump and pg_restore');
 
@@ -238,6 +278,9 @@ $node->safe_psql(
 	'postgres', q{
 CREATE ROLE publisher;
 SELECT dedup_allow_publisher('q', 'publisher');
+INSERT INTO dedup_outbox_dead_letters
+	   (message_id, seq, destination, payload, created_at, attempts, reason)
+VALUES ('dead-1', 900, 'q', 'kept', now(), 10, 'nacked');
 CREATE DATABASE restored;
 });
 command_ok(
@@ -257,8 +300,18 @@ SELECT (SELECT string_agg(destination || ':' || mode, ',' ORDER BY destination) 
 	   (SELECT string_agg(destination || ':' || publisher, ',') FROM dedup_outbox_publishers),
 	   (SELECT string_agg(seq || ':' || payload, ',' ORDER BY seq) FROM dedup_outbox)}
 	),
-	'events:wal,q:table|q:publisher|7:m7,8:m8,9:m9',
+	"events:wal,q:table|q:publisher|7:m7,8:m8,9:m9,$new_seq:refused",
 	'restored: the destinations, the mapping, the unsent messages (not the sent one)'
+);
+is( $node->safe_psql(
+		'restored', q{
+SET search_path = dedup;
+SELECT (SELECT string_agg(message_id || ':' || seq || ':' || reason, ',') FROM dedup_outbox_dead_letters),
+	   (SELECT count(*) FROM dedup_outbox_signing_key),
+	   (SELECT key FROM dedup_outbox_signing_key) <> $1} =~
+		  s/\$1/'\\x@{[unpack('H*', $key)]}'::bytea/r),
+	'dead-1:900:nacked|1|t',
+	'restored: the dead letters; a signing key of its own, not the dumped database\'s (never dumped)'
 );
 is( $node->safe_psql(
 		'restored', q{
