@@ -152,6 +152,29 @@ class PartialRefusal(unittest.TestCase):
         self.assertEqual(outbox.refused, [("a2", "nacked by the broker")])
 
 
+class RabbitMQAnswers(unittest.TestCase):
+    """RabbitMQ.wait(): what the broker acked and did not return is
+    confirmed; what it returned (with its reply code and text) or nacked is
+    refused, with the reason."""
+
+    def test_wait(self):
+        broker = relay.RabbitMQ("amqp://localhost", "", 1)
+        self.addCleanup(broker.loop.close)
+        acked, returned, nacked = message("a"), message("r", "q9"), \
+            message("n")
+        broker.sending = [acked, returned, nacked]
+        broker.acked, broker.nacked, broker.returned = \
+            [acked, returned], [nacked], {}
+        broker._returned(None, types.SimpleNamespace(
+            reply_code=312, reply_text="NO_ROUTE"),
+            types.SimpleNamespace(message_id="r"), b"")
+        broker.waiter = broker.loop.create_future()
+        broker.waiter.set_result(None)
+        self.assertEqual(broker.wait(),
+                         ([acked], [(returned, NO_ROUTE),
+                                    (nacked, "nacked by the broker")]))
+
+
 class RefusalBackoff(unittest.TestCase):
     """A destination the broker keeps refusing is retried ever more slowly,
     its own back-off reset only when one of its messages is confirmed, not
