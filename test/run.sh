@@ -11,7 +11,8 @@
 # others.  The version the host's Debian ships runs on the host (15 on
 # Debian 12), where test/hygiene.sh checks test/setup.sh first and, next to
 # a whole suite, the benchmark harnesses run briefly, test/demo.sh runs and
-# the style gates (test/gates/check) are checked;
+# the style gates (test/gates/check) are checked and the relay's unit tests
+# (test/relay) run;
 # the others run in Debian chroots made and cached by test/chroot.sh (17:
 # trixie, 18: sid).  The versions run at the same time, each printing its
 # lines behind its name; a summary with the time of every part and version
@@ -144,10 +145,14 @@ extras() {
 
 # gates N: the style gates (test/gates/check: C and Perl formatting, the
 # ereport() form, #includes not needed, DedupNode's POD), against the
-# server headers of PostgreSQL N
+# server headers of PostgreSQL N, and the relay's unit tests (test/relay:
+# no server, no broker; with the relay's python3, its #! line)
 gates() {
-	local pg=$1
-	PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" "$top/test/gates/check"
+	local pg=$1 rc=0
+	PG_CONFIG="/usr/lib/postgresql/$pg/bin/pg_config" "$top/test/gates/check" || rc=1
+	timed "relay unit tests" env ${root:+DEDUP_REQUIRE_TOOLS=1} \
+		/usr/bin/python3 -m unittest discover -s "$top/test/relay" || rc=1
+	return $rc
 }
 
 # in_chroot N MAKE_ARGS...: PostgreSQL N in its chroot (made or checked

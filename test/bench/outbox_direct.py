@@ -54,9 +54,9 @@ def main(url, queue, count, batch, how):
             messages = [relay.Message(i, "direct-%d" % i, queue,
                                       str(i % 10000 + 1), None, payloads[i])
                         for i in range(first, min(count, first + batch))]
-            confirmed, failed = broker.publish(messages)
-            if failed:
-                sys.exit("%d messages not confirmed" % len(failed))
+            confirmed, refused = broker.publish(messages)
+            if refused:
+                sys.exit("%d messages not confirmed" % len(refused))
         broker.close()
     else:
         conn = pika.BlockingConnection(pika.URLParameters(url))

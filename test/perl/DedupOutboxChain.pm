@@ -130,7 +130,7 @@ SELECT pg_create_logical_replication_slot('dedup_relay', 'pgoutput');
 		relay => [
 			$python,             $RELAY, '--mode',         $mode,
 			'--dsn',             $dsn,   '--amqp',         $amqp,
-			'--batch',           20,     '--lease',        5,
+			'--batch',           20,     '--lease',        10,
 			'--confirm-timeout', 4,      '--poll',         0.05,
 			'--max-backoff',     1,      '--report-every', 1
 		]);
