@@ -491,6 +491,43 @@ class Session(unittest.TestCase):
                                     "extension dedup"):
             relay.dedup_schema(FakeConnection([None]), None)
 
+    def test_old_dedup(self):
+        with self.assertRaisesRegex(relay.Fatal, "database shop has dedup "
+                                    "1.4; this relay needs 1.5 or later"):
+            relay.dedup_schema(FakeConnection([("dedup", "1.4")]), None)
+        with unittest.mock.patch.object(relay.psycopg2.extensions,
+                                        "quote_ident",
+                                        lambda name, conn: '"%s"' % name):
+            self.assertEqual(relay.dedup_schema(
+                FakeConnection([("dedup", "1.10")]), None), '"dedup".')
+
+
+class TableGiveBack(unittest.TestCase):
+    """Table mode: what the broker refused goes to dedup_outbox_refused()
+    (which counts it towards the dead letters), with its reason; what was
+    given back for order or an outage to dedup_outbox_release(), which
+    counts nothing."""
+
+    def test_refused_apart(self):
+        ob = relay.TableOutbox(options())
+        ob.prefix = "dedup."
+        ob.conn = FakeConnection([(0,), (1,)])
+        a1, a2, b1, b2 = (relay.Message(n, "i%d" % n, "q", None, None, "p")
+                          for n in (1, 2, 3, 4))
+        with self.assertLogs("dedup_relay", "WARNING") as logged:
+            ob.give_back([a2], [(a1, NO_ROUTE), (b1, "nacked by the broker"),
+                                (b2, NO_ROUTE)])
+        self.assertEqual(ob.conn.executed, [
+            ("SELECT dedup.dedup_outbox_release(%s, %s::bigint[])",
+             ("r", [2])),
+            ("SELECT dedup.dedup_outbox_refused(%s, %s::bigint[], %s)",
+             ("r", [1, 4], NO_ROUTE)),
+            ("SELECT dedup.dedup_outbox_refused(%s, %s::bigint[], %s)",
+             ("r", [3], "nacked by the broker"))])
+        self.assertEqual(len(logged.output), 1)
+        self.assertIn("1 of 1 messages refused (nacked by the broker) moved "
+                      "to dedup_outbox_dead_letters", logged.output[0])
+
 
 if __name__ == "__main__":
     unittest.main()
