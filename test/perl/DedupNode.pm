@@ -154,6 +154,24 @@ watch_sweep() for the sweeper of $db in the wait $event of type
 Extension, as PostgreSQL 17 and later name it (on 15 every such wait is
 "Extension"): ($since, 't' once seen, '' if not).
 
+=item $node->hold_outbox_batches($db, $consumer, $refill_while)
+
+Hold every batch of the outbox step of the sweeps of $db (a trigger on
+dedup_outbox) for at least 1 ms and until a claim of $consumer that began
+after the batch began has committed: a claim then certainly ran during
+each of those batches, which the claims' heartbeat tells the sweeper at
+the batch's end, however the machine schedules the claims and the sweep;
+and the pause owed them for it is at least 1 ms, long enough to be slept,
+with any dedup.sweep_busy_share up to 50 (sweep_pace.c).  Claims of
+$consumer must run (pgbench) until release_outbox_batches().  With
+$refill_while (SQL, a condition), each batch also puts back as many sent
+messages as a batch deletes while the condition holds: the sweep goes on
+until it does not.
+
+=item $node->release_outbox_batches($db)
+
+Drop what hold_outbox_batches() created.
+
 =item $node->wait_sweeping_stopped($db)
 
 ok() once no sweep of $db has started for 2.5 s.
@@ -495,6 +513,41 @@ sub watch_sweeper_wait
 SELECT 't' FROM pg_stat_activity
  WHERE backend_type = 'dedup sweeper' AND datname = '$db'
    AND wait_event_type = 'Extension' AND wait_event = '$event'}, $before);
+}
+
+sub hold_outbox_batches
+{
+	my ($self, $db, $consumer, $refill_while) = @_;
+	$refill_while //= 'false';
+
+	# the sweeper's search_path is pg_catalog's: the tables are qualified
+	$self->safe_psql(
+		$db, qq{
+CREATE FUNCTION public.hold_outbox_batch() RETURNS trigger
+LANGUAGE plpgsql AS \$\$
+BEGIN
+	LOOP
+		PERFORM pg_sleep(0.001);
+		EXIT WHEN EXISTS (SELECT FROM public.processed_messages
+						   WHERE consumer_name = '$consumer' AND processed_at > now());
+	END LOOP;
+	IF $refill_while THEN
+		INSERT INTO public.dedup_outbox (message_id, destination, payload, sent_at)
+		SELECT 'refill ' || gen_random_uuid(), 'held', '', now() - interval '1 day'
+		  FROM generate_series(1, current_setting('dedup.sweep_batch_size')::int);
+	END IF;
+	RETURN NULL;
+END \$\$;
+CREATE TRIGGER hold_outbox_batch BEFORE DELETE ON public.dedup_outbox
+	FOR EACH STATEMENT EXECUTE FUNCTION public.hold_outbox_batch();});
+	return;
+}
+
+sub release_outbox_batches
+{
+	my ($self, $db) = @_;
+	$self->safe_psql($db, 'DROP FUNCTION public.hold_outbox_batch() CASCADE');
+	return;
 }
 
 sub wait_sweeping_stopped

@@ -34,6 +34,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use DedupNode;
+use DedupProcess qw(wait_until);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -244,18 +245,35 @@ is($node->safe_psql('db1', 'SELECT next_sweep IS NULL FROM dedup_sweeper'),
 	't', 'view: no next sweep while sweeping is off');
 $node->add_expired('db1', 'e', 6);
 my $offset = -s $node->logfile;
-my $woken  = $node->safe_psql('db1', 'SELECT clock_timestamp()');
-$node->safe_psql('db1', 'SELECT dedup_sweeper_wake()');
 
-# Nothing shows a launcher that does not sweep: only time can tell.  Four
-# intervals by the server's clock, from the wake-up on (a busy machine can
-# only make this check easier to pass, never fail it).
-$node->poll_query_until('db1',
-	"SELECT clock_timestamp() > '$woken'::timestamptz + interval '4 s'")
-  or die 'the server clock did not move on';
-is( $node->safe_psql('db1', 'SELECT last_sweep_start FROM dedup_sweeper'),
-	$stopped_at,
-	'sweep_enabled = off: no sweep in 4 intervals, even after a wake-up');
+# A launcher that does not sweep shows nothing, but once it has handled a
+# wake-up it sleeps again in its main wait: /proc counts one more voluntary
+# context switch of it than while it slept there before, and
+# pg_stat_activity shows it there again, not active (as it is while it
+# waits for a sweeper, whose start is in the log by then).  Sweeping on, it
+# would have swept db1 before that sleep.
+my $launcher  = $node->launcher_pid;
+my $main_wait = $node->pg_version >= 17 ? 'DedupLauncherMain' : 'Extension';
+my $switches  = sub {
+	my $status = slurp_file("/proc/$launcher/status");
+	$status =~ /^voluntary_ctxt_switches:\s+(\d+)$/m
+	  or die "no voluntary_ctxt_switches in /proc/$launcher/status";
+	return $1;
+};
+my $in_main_wait = sub {
+	return $node->safe_psql(
+		'db1', qq{
+SELECT count(*) FROM pg_stat_activity
+ WHERE pid = $launcher AND state IS DISTINCT FROM 'active'
+   AND wait_event_type = 'Extension' AND wait_event = '$main_wait'}) eq '1';
+};
+ok(wait_until($in_main_wait), 'the launcher sleeps in its main wait');
+my $slept = $switches->();
+$node->safe_psql('db1', 'SELECT dedup_sweeper_wake()');
+ok( wait_until(sub { $switches->() > $slept && $in_main_wait->() }),
+	'the launcher has handled the wake-up and sleeps again in its main wait');
+is($node->safe_psql('db1', 'SELECT last_sweep_start FROM dedup_sweeper'),
+	$stopped_at, 'sweep_enabled = off: no sweep, even after a wake-up');
 is( $node->log_count(
 		$offset, qr/starting background worker process "dedup sweeper/),
 	0,

@@ -18,9 +18,10 @@
 #     no error and no wait; the next sweep deletes it;
 #  5. a sweep yields to claims by itself: while pgbench claims, its batches
 #     are followed by pauses that yield to them (its DEBUG1 summary line
-#     says how many), on an idle server there are none, nor with
-#     dedup.sweep_busy_share = 100; every expired row is deleted all the
-#     same.
+#     says how many; the batches of its outbox step are held until a claim
+#     has run during each, so some certainly are), on an idle server there
+#     are none, nor with dedup.sweep_busy_share = 100; every expired row
+#     and sent message is deleted all the same.
 #
 use strict;
 use warnings;
@@ -358,9 +359,13 @@ sub yields_logged
 	return ($batches, $yields);
 }
 
-# a backlog of 2000 expired rows of consumer, 40 batches of 50, swept while
-# claims run (pgbench, until the backlog is gone) or not; returns the
-# batches and the yielding pauses of the sweeps meanwhile
+# A backlog of 2000 expired rows of consumer, 40 batches of 50, and of 200
+# sent outbox messages, 4 batches, swept while claims run (pgbench) or not;
+# returns the batches and the yielding pauses of the sweeps until it is
+# gone.  While claims run, each batch of the outbox step is held until a
+# claim has run during it (hold_outbox_batches): a pause that yields must
+# follow, whatever the machine's scheduler did (the claims' batches, which
+# run no SQL and so cannot be held, may or may not overlap a claim).
 my $claims_script = "$tmpdir/claim_new.sql";
 append_to_file(
 	$claims_script, q{\set k random(1, 1000000000)
@@ -379,7 +384,7 @@ sub sweep_backlog
 		$pgbench = IPC::Run::start(
 			[
 				'pgbench', '-n', '-h', $node->host, '-p', $node->port,
-				'-c', 2, '-j', 2, '-T', 120, '-f', $claims_script, 'db1'
+				'-c', 2, '-j', 2, '-T', 300, '-f', $claims_script, 'db1'
 			],
 			'>',
 			\$out,
@@ -389,21 +394,37 @@ sub sweep_backlog
 				sub { $node->count_of('db1', 'yield-claims') > $before + 10 }
 			),
 			"$consumer: claims are running");
+		$node->hold_outbox_batches('db1', 'yield-claims');
 	}
 	$node->safe_psql(
 		'db1', qq{
 INSERT INTO processed_messages
 SELECT '$consumer', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
   FROM generate_series(1, 2000) i
-UNION ALL VALUES ('$consumer', 'latest', $L)});
-	ok(wait_until(sub { $node->count_of('db1', $consumer) eq '1' }),
-		"$consumer: the 2000 expired rows are swept");
+UNION ALL VALUES ('$consumer', 'latest', $L);
+INSERT INTO dedup_outbox (message_id, destination, payload, sent_at)
+SELECT '$consumer ' || i, '$consumer', '', now() - interval '1 day'
+  FROM generate_series(1, 200) i});
+	ok( wait_until(
+			sub {
+				$node->count_of('db1', $consumer) eq '1'
+				  && $node->safe_psql(
+					'db1',
+					"SELECT count(*) FROM dedup_outbox WHERE destination = '$consumer'"
+				  ) eq '0';
+			}),
+		"$consumer: the 2000 expired rows and the 200 sent messages are swept"
+	);
 
-	# a sweep's summary is logged once it has ended, after its last delete
-	wait_until(sub { (yields_logged($offset))[0] >= 40 });
+	# a sweep's summary is logged once it has ended: the one that swept the
+	# last of the backlog has, when one that started after it ends
+	my $swept = $node->safe_psql('db1', 'SELECT clock_timestamp()');
+	ok(defined $node->wait_sweep_after('db1', $swept),
+		"$consumer: a sweep ended since");
 	my ($batches, $yields) = yields_logged($offset);
 	if ($with_claims)
 	{
+		$node->release_outbox_batches('db1');
 		$pgbench->kill_kill;
 		unlike($err, qr/error|abort/i, "$consumer: no claim failed")
 		  or diag($err);

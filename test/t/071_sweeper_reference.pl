@@ -13,7 +13,10 @@
 #   3. While claims run (pgbench), a sweep's pauses that yield to them are
 #      in pg_stat_activity as the wait DedupSweepYield (PostgreSQL 17 and
 #      later; the generic "Extension" on 15, where dedup.sweep_batch_delay
-#      = 0 leaves the sweeper no other wait of that type).
+#      = 0 leaves the sweeper no other wait of that type).  Claims
+#      certainly run during the batches of the sweep's outbox step (each
+#      is held until one has: DedupNode's hold_outbox_batches), which goes
+#      on until the watcher has returned.
 #   4. A database listed in dedup.databases without the extension: the
 #      WARNING naming it, logged once per change of the setting, also for a
 #      database that was found without dedup before it was listed (a
@@ -105,24 +108,41 @@ ok(wait_until(sub { $node->count_of('db1', 'yield-claims') > 10 }),
 $node->set_config('dedup.sweep_batch_size', '500', '500');
 
 # a pause long enough to be seen by a watcher that a loaded machine wakes
-# late (at the default 10%, about 9 times a batch: a few ms)
+# late (about 49 times the batch before it)
 $node->set_config('dedup.sweep_busy_share', '2', '2');
 
-# 20 batches, each followed by a pause about 49 times as long
-# (dedup.sweep_busy_share 2%): watched from inside the server
-my (undef, $yield_seen) = $node->watch_sweeper_wait(
+# Each batch of the outbox step is held until a claim has run during it,
+# and so followed by a pause that yields; each puts back what it deletes
+# until the watcher (from inside the server) has returned, so the sweep
+# goes on until then (or until dedup.sweep_max_duration, if no pause is
+# ever seen).  Before them, 20 batches of expired claims.
+$node->safe_psql('db1',
+	'CREATE TABLE watching (); INSERT INTO watching DEFAULT VALUES');
+$node->hold_outbox_batches('db1', 'yield-claims',
+	'EXISTS (SELECT FROM public.watching)');
+my ($since, $yield_seen) = $node->watch_sweeper_wait(
 	'db1', 'DedupSweepYield', qq{
 INSERT INTO processed_messages
 SELECT 'yield', 'm' || i, $L - interval '2 hours' - i * interval '1 second'
   FROM generate_series(1, 10000) i
-UNION ALL VALUES ('yield', 'latest', $L)});
+UNION ALL VALUES ('yield', 'latest', $L);
+INSERT INTO dedup_outbox (message_id, destination, payload, sent_at)
+SELECT 'yield ' || i, 'yield', '', now() - interval '1 day'
+  FROM generate_series(1, 500) i});
+$node->safe_psql('db1', 'DELETE FROM watching');
 is($yield_seen, 't',
 	"while claims run, the sweeper's pause yielding to them is the wait DedupSweepYield in pg_stat_activity ('Extension' on 15)"
 );
+is($node->wait_sweep_after('db1', $since),
+	'done', 'the yielding sweep ends done');
+$node->release_outbox_batches('db1');
+$node->safe_psql('db1', 'DROP TABLE watching');
 $pgbench->kill_kill;
 unlike($err, qr/error|abort/i, 'pgbench: no claim failed') or diag($err);
-ok( wait_until(sub { $node->count_of('db1', 'yield') eq '1' }),
-	'the yielding sweep deletes the 10000 expired claims all the same');
+is($node->count_of('db1', 'yield'),
+	'1', 'the yielding sweep deletes the 10000 expired claims all the same');
+is($node->safe_psql('db1', 'SELECT count(*) FROM dedup_outbox'),
+	'0', '... and the sent messages');
 $node->set_config('dedup.sweep_batch_size', undef, '1000');
 $node->set_config('dedup.sweep_busy_share', undef, '10');
 
