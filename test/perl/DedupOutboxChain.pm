@@ -17,20 +17,31 @@
 #
 # Six batches of 40 messages on five keys (each message's body carries its
 # key and its number within the key); with each batch one fault, injected
-# while the batch flows:
+# while the batch flows, and asserted to have done what it is for (from
+# the services' logs: one JSON line per delivery, its claim and whether it
+# was a redelivery):
 #   1 kill -9 of A once it applied 8 of the batch and is held in the next
-#     (see below; restarted);
-#   2 the relay kills itself right after publishing its first batch, before
-#     the broker's confirm (test hook DEDUP_RELAY_TEST_CRASH=after-publish;
-#     restarted without it);
+#     (see below; restarted): the new A gets redelivered what the killed
+#     one had not acknowledged, and claims it (that transaction was lost);
+#   2 the relay kills itself once its first batch is written to the
+#     broker's socket, before the broker's confirm (test hook
+#     DEDUP_RELAY_TEST_CRASH=after-publish; restarted without it): the
+#     broker has it, the new relay sends it again, B's claims refuse at
+#     least one copy;
 #   3 the same right after the confirm, before it marks the batch sent or
-#     confirms it to the slot (after-confirm): B receives those messages
-#     twice;
-#   4 kill -9 of B once it applied 8 of the batch and is held in the next;
+#     confirms it to the slot (after-confirm): the same;
+#   4 kill -9 of B once it applied 8 of the batch and is held in the next:
+#     as for A;
 #   5 a broker restart (clean shutdown, same data) once A applied 8 and is
-#     held in the next;
+#     held in the next: A commits that message, its ack is lost with the
+#     connection, the message comes again and A's claim refuses it;
 #   6 an immediate PostgreSQL restart (pg_ctl -m immediate) once A applied
-#     8 and is held in the next.
+#     8 and is held in the next: A reconnects and claims the message of its
+#     lost transaction again (and in WAL mode the relay may resend what it
+#     confirmed since the slot was last written to disk: noted).
+# Before 2 and after 2 and 3 the chain is drained (B applied everything
+# published, the relay stopped cleanly, q2 holds nothing unacknowledged),
+# so the copies counted for 2 and 3 are theirs.
 # Held: the batch's first 8 messages go to q1 alone; once the service
 # applied them, a session of the test locks the service's ledger rows
 # (SELECT ... FOR UPDATE), the other 32 follow, and the fault comes once
@@ -40,11 +51,10 @@
 # batch was still flowing when it hit.  At the end:
 # A and B each applied every one of the 240 messages exactly once (none
 # lost, none twice), their ledgers are the sums, each key's messages were
-# applied in order by both, B's claims refused the relay's second copies
-# (at least one), the relay that saw the broker and the database go away
-# logged each outage once (and its end), and its lag lines; in table mode
-# every outbox row is sent, B's message ids are exactly the outbox's, and
-# the resent rows show more than one attempt.
+# applied in order by both, the relay that saw the broker and the database
+# go away logged each outage once (and its end), and its lag lines; in
+# table mode every outbox row is sent, B's message ids are exactly the
+# outbox's, and the resent rows show more than one attempt.
 #
 # Paths (one place to change): $SERVICE, $RELAY.
 #
@@ -254,27 +264,64 @@ SELECT count(*) > 0 FROM pg_stat_activity
 			  . ' applied)');
 	};
 
+	# the fault took effect: $re matches what $name logged since $mark
+	my $took = sub {
+		my ($name, $mark, $re, $what) = @_;
+		ok(wait_until(sub { log_since(\%proc, $name, $mark) =~ $re }), $what);
+	};
+
+	# a redelivery of message $id and its claim's answer, in a service's log
+	my $redelivered = sub {
+		my ($claim, $id) = @_;
+		return qr/"claim": $claim, "id": "\Q$id\E", "redelivered": true/;
+	};
+
+	# the message a service was held in (see the header): the batch's 9th
+	my $held = sub { $messages[ $_[0] + 8 ]{message_id} };
+
+	# nothing more to come to B: every message applied, the relay stopped
+	# cleanly (what it sent is confirmed), q2 empty with nothing unacked
+	my $drain = sub {
+		my ($why) = @_;
+		$node->poll_query_until($db,
+				'SELECT count(DISTINCT origin) >= '
+			  . scalar(@messages)
+			  . " FROM applied WHERE service = 'svc_b'")
+		  or die 'B did not apply ' . scalar(@messages) . " messages ($why)";
+		is($stop->('relay'), 0, "relay stopped cleanly on SIGTERM $why");
+		ok( wait_until(
+				sub {
+					my ($out) =
+					  $broker->ctl(qw(-q list_queues name messages));
+					$out =~ /^q2\s+0\s*$/m;
+				}),
+			"q2 holds nothing, nothing unacknowledged ($why)");
+	};
+
 	$start->('b');
 	$start->('a');
 	$start->('relay');
 
 	# 1: kill -9 of A
+	my $mark = log_mark(\%proc, 'a');
 	my ($before, $at) = $held_fault->(
 		'kill -9 of A',
 		'svc_a', sub { ok($kill9->('a'), 'A killed with SIGKILL') });
 	$flowing->('kill -9 of A', $at, $before);
 	$start->('a');
+	$took->(
+		'a', $mark, $redelivered->('true', $held->($before)),
+		'the new A got again the message the killed one was held in, and claimed it (not committed)'
+	);
 
 	# 2, 3: the relay dies between its publish and the broker's confirm, then
 	# between the confirm and marking it sent
-	my $dups_before_confirm_crash;
+	# (each with nothing in flight before it: its copies are its own)
+	$drain->('before the after-publish crash');
 	for my $point ('after-publish', 'after-confirm')
 	{
-		is($stop->('relay'), 0,
-			"relay stopped cleanly on SIGTERM before the $point crash");
 		$start->('relay', DEDUP_RELAY_TEST_CRASH => $point);
-		$dups_before_confirm_crash = b_duplicates(\%proc)
-		  if $point eq 'after-confirm';
+		$mark   = log_mark(\%proc, 'b');
 		$before = $publish_batch->("the relay dying $point");
 		my $status = $reap->('relay');
 		ok( defined $status && ($status & 127) == 9,
@@ -284,10 +331,17 @@ SELECT count(*) > 0 FROM pg_stat_activity
 			qr/test hook: killing myself $point/,
 			"its log says where ($point)");
 		$start->('relay');
+		$drain->("after the $point crash");
+		my $copies = () = log_since(\%proc, 'b', $mark) =~ /"claim": false/g;
+		cmp_ok($copies, '>', 0,
+			"the relay dying $point: B got copies of what it had sent, and its claims refused them ($copies)"
+		);
 	}
+	$start->('relay');
 
 	# 4: kill -9 of B
-	(undef, $at) = $held_fault->(
+	$mark = log_mark(\%proc, 'b');
+	($before, $at) = $held_fault->(
 		'kill -9 of B',
 		'svc_b', sub { ok($kill9->('b'), 'B killed with SIGKILL') });
 	cmp_ok($at, '<', scalar(@messages),
@@ -295,8 +349,17 @@ SELECT count(*) > 0 FROM pg_stat_activity
 		  . scalar(@messages)
 		  . ' applied)');
 	$start->('b');
+	my $b_held = $node->poll_value($db,
+		"SELECT message_id FROM applied WHERE service = 'svc_b' AND origin = '"
+		  . $held->($before)
+		  . "'");
+	$took->(
+		'b', $mark, $redelivered->('true', $b_held // 'none'),
+		'the new B got again the message the killed one was held in, and claimed it (not committed)'
+	);
 
 	# 5: a broker restart
+	$mark = log_mark(\%proc, 'a');
 	($before, $at) = $held_fault->(
 		'a broker restart',
 		'svc_a',
@@ -306,14 +369,26 @@ SELECT count(*) > 0 FROM pg_stat_activity
 		});
 	$flowing->('the broker restart', $at, $before);
 	$broker->ready_ok;
+	my $committed = $held->($before);
+	$took->(
+		'a', $mark, qr/"claim": false, "id": "\Q$committed\E"/,
+		'A committed the message it was held in, lost its ack with the broker, got it again and its claim refused it'
+	);
 	my $relay_at_broker_restart = $proc{relay}{log};
 
 	# 6: an immediate PostgreSQL restart
+	$mark = log_mark(\%proc, 'a');
+	my $b_mark = log_mark(\%proc, 'b');
 	($before, $at) = $held_fault->(
 		'an immediate PostgreSQL restart', 'svc_a',
 		sub { $node->stop('immediate') },  1);
 	$flowing->('the PostgreSQL restart', $at, $before);
 	$node->start;
+	my $claimed_again = $redelivered->('true', $held->($before));
+	$took->(
+		'a', $mark, qr/"event": "reconnect".*$claimed_again/s,
+		'A reconnected, got again the message of its lost transaction and claimed it'
+	);
 
 	# the end: everything through the chain, then stop it cleanly
 	my $total = @messages;
@@ -374,10 +449,8 @@ SELECT count(*) FROM (SELECT n, lag(n) OVER (PARTITION BY key ORDER BY seq) AS p
 			'0',
 			"$service applied each key's messages in order");
 	}
-	cmp_ok(b_duplicates(\%proc), '>', $dups_before_confirm_crash,
-		"B's claims refused the copies the relay sent again after its crash after the confirm ("
-		  . (b_duplicates(\%proc) - $dups_before_confirm_crash)
-		  . ' since)');
+	note('copies at B since the PostgreSQL restart: '
+		  . (() = log_since(\%proc, 'b', $b_mark) =~ /"claim": false/g));
 	is( $node->safe_psql(
 			$db,
 			"SELECT count(*), count(DISTINCT message_id) FROM processed_messages WHERE consumer_name = 'svc_b'"
@@ -429,17 +502,26 @@ SELECT pg_current_wal_lsn() >= confirmed_flush_lsn AND confirmed_flush_lsn IS NO
 	return;
 }
 
-# deliveries B's claims refused, over all of its generations
-sub b_duplicates
+# where a process's log is now (its generation, the length of its log)
+sub log_mark
 {
-	my ($proc) = @_;
-	my $n = 0;
-	for my $gen (1 .. $proc->{b}{gen})
+	my ($proc, $name) = @_;
+	my $p = $proc->{$name};
+	return [ $p->{gen}, length(read_file($p->{log})) ];
+}
+
+# what it logged since $mark, over all of its generations since
+sub log_since
+{
+	my ($proc, $name, $mark) = @_;
+	my ($from, $offset) = @$mark;
+	my $text = '';
+	for my $gen ($from .. $proc->{$name}{gen})
 	{
-		(my $log = $proc->{b}{log}) =~ s/-\d+\.log$/-$gen.log/;
-		$n += () = read_file($log) =~ /"claim": false/g;
+		(my $log = $proc->{$name}{log}) =~ s/-\d+\.log$/-$gen.log/;
+		$text .= substr(read_file($log), $gen == $from ? $offset : 0);
 	}
-	return $n;
+	return $text;
 }
 
 1;
