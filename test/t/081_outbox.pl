@@ -14,9 +14,12 @@
 #      dedup_outbox; dedup_outbox_slots shows the slot and how far behind it
 #      is.
 #   2. The retention worker deletes the sent messages older than
-#      dedup.outbox_retention, in batches of dedup.sweep_batch_size, counted
-#      in dedup_sweeper; unsent messages stay however old, and so do sent
-#      ones within the window; dedup.outbox_retention = -1 keeps them all.
+#      dedup.outbox_retention, in batches of dedup.sweep_batch_size (each
+#      batch's DELETE counted by a statement trigger on dedup_outbox: 5
+#      messages in batches of 2 are deleted as 2, 2 and 1, not at once),
+#      counted in dedup_sweeper; unsent messages stay however old, and so do
+#      sent ones within the window; dedup.outbox_retention = -1 keeps them
+#      all.
 #   3. dedup_outbox_resend() and dedup_outbox_retry() as an operator's
 #      role: the audit line names the role outside the SECURITY DEFINER
 #      function and the session user, the message id as a literal that
@@ -26,6 +29,14 @@
 #      messages and the dead letters are restored, the sent ones are not,
 #      nor the signing key (the restored database makes its own), and seq
 #      goes on past the restored messages.
+#   5. dedup_publish writes dedup_outbox directly (no SQL statement) while
+#      the table is as dedup made it, and through an INSERT (SPI) otherwise:
+#      with auto_explain logging nested statements in one session, a
+#      publish on the untouched table logs no INSERT plan of dedup_outbox,
+#      one with a CHECK constraint added logs one, and one after the
+#      constraint is dropped none again (each publish followed by a marker
+#      the session logs, so that the absence is read up to the marker, not
+#      waited for).
 #
 use strict;
 use warnings;
@@ -181,12 +192,39 @@ is($node->sweep('postgres'),
 is($node->safe_psql('postgres', 'SELECT count(*) FROM dedup_outbox'),
 	'9', '-1: every message kept');
 
+# each DELETE of the outbox step (one per batch) counts what it deleted
+# into outbox_batches, in order: the sweeper's search_path is pg_catalog's,
+# so the tables are qualified
+$node->safe_psql(
+	'postgres', q{
+CREATE TABLE public.outbox_batches (
+	batch bigint GENERATED ALWAYS AS IDENTITY,
+	deleted bigint NOT NULL);
+CREATE FUNCTION public.count_outbox_batch() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.outbox_batches (deleted) SELECT count(*) FROM deleted_rows;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER count_outbox_batch AFTER DELETE ON dedup.dedup_outbox
+	REFERENCING OLD TABLE AS deleted_rows
+	FOR EACH STATEMENT EXECUTE FUNCTION public.count_outbox_batch();
+});
 $node->set_config('dedup.outbox_retention', '1h', '1h');
 $node->set_config('dedup.sweep_batch_size', '2',  '2');
 my $before = $node->safe_psql('postgres',
 	'SELECT total_rows_deleted FROM dedup_sweeper');
 is($node->sweep('postgres'),
 	'done', 'a sweep with dedup.outbox_retention = 1h');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT string_agg(deleted::text, ',' ORDER BY batch) FROM outbox_batches}
+	),
+	'2,2,1',
+	'in batches of dedup.sweep_batch_size (2): 2, 2, then the last 1, which ends the step'
+);
+$node->safe_psql('postgres',
+	'DROP TABLE outbox_batches; DROP FUNCTION count_outbox_batch() CASCADE');
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT string_agg(seq || ':' || (sent_at IS NOT NULL), ',' ORDER BY seq) FROM dedup_outbox}
@@ -320,5 +358,56 @@ SELECT dedup_publish('q', 'after the restore') IS NOT NULL;
 SELECT max(seq) > 9 FROM dedup_outbox}),
 	"t\nt",
 	'a publish after the restore takes a seq past the restored ones');
+
+###############################################################################
+note('5. the direct write and the INSERT');
+
+# One session with auto_explain logging every plan, also those of the
+# statements dedup_publish runs through SPI (log_nested_statements): a
+# publish through SPI logs the plan of its INSERT into dedup_outbox, a direct
+# write none.  Each publish is followed by a marker the session logs
+# (RAISE LOG) after it: an INSERT plan of that publish is logged before its
+# marker, or not at all.
+$offset = -s $node->logfile;
+$node->safe_psql(
+	'postgres', q{
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_nested_statements = on;
+SELECT dedup_publish('q', 'as dedup made the table');
+DO $$ BEGIN RAISE LOG 'outbox test marker: untouched'; END $$;
+ALTER TABLE dedup_outbox ADD CONSTRAINT short_payload CHECK (length(payload) < 100);
+SELECT dedup_publish('q', 'with a CHECK constraint');
+DO $$ BEGIN RAISE LOG 'outbox test marker: CHECK added'; END $$;
+ALTER TABLE dedup_outbox DROP CONSTRAINT short_payload;
+SELECT dedup_publish('q', 'the CHECK constraint dropped');
+DO $$ BEGIN RAISE LOG 'outbox test marker: CHECK dropped'; END $$;
+});
+ok( $node->wait_log_count(
+		$offset, qr/LOG:  outbox test marker: CHECK dropped/, 1),
+	'the last marker is logged');
+my (%inserts, $plans);
+my $log  = $node->log_since($offset);
+my $from = 0;
+while ($log =~ /LOG:  outbox test marker: (.+)$/mg)
+{
+	my ($marker, $phase) = ($1, substr($log, $from, $-[0] - $from));
+	$from = $+[0];
+	$inserts{$marker} = () = $phase =~ /Insert on dedup_outbox\s/g;
+	$plans += () = $phase =~ /Query Text: SELECT dedup_publish\(/g;
+}
+is($plans, 3, 'auto_explain logs the plan of each of the three publishes');
+is( join(',',
+		map { "$_=" . ($inserts{$_} // 'none') } 'untouched',
+		'CHECK added', 'CHECK dropped'),
+	'untouched=0,CHECK added=1,CHECK dropped=0',
+	'the table as dedup made it is written directly (no INSERT plan), with a CHECK constraint through an INSERT, once it is dropped directly again'
+);
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT string_agg(payload, ',' ORDER BY seq) FROM dedup_outbox WHERE payload LIKE '%table%' OR payload LIKE '%CHECK%'}
+	),
+	'as dedup made the table,with a CHECK constraint,the CHECK constraint dropped',
+	'each of the three publishes wrote its message');
 
 done_testing();
