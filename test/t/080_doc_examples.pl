@@ -43,6 +43,9 @@
 #                             as psql prints it aligned: a header, the rule
 #                             under it, the rows, and "(N rows)" if the text
 #                             shows it; fields are compared trimmed
+#   SELECT ...;  -- ERROR: UD001
+#                             the statement fails with that SQLSTATE (its
+#                             block is marked "fails with UD001")
 #
 # In a value or a field, "..." stands for any characters: write it for what
 # cannot be stable (an id, a time, a transaction number, an LSN).  Blocks
@@ -181,7 +184,8 @@ sub results
 			 $line =~ /^\s*--\s*\S/
 		  && $i < $#lines
 		  && $lines[ $i + 1 ] =~ /^\s*--\s*-+(?:\+-+)*\s*$/;
-		next unless defined $value || $table;
+		my $error = $line =~ /--\s*ERROR:\s+(\w{5})\b/ ? $1 : undef;
+		next unless defined $value || $table || defined $error;
 		die "$where: a result that follows no statement ending in ;\n"
 		  unless @ends && $ends[-1][1] == $code;
 		my @rows;
@@ -205,7 +209,8 @@ sub results
 		  {
 			line  => $b->{line} + 1 + $i,
 			table => $table,
-			rows  => $table ? \@rows : [$value],
+			error => $error,
+			rows  => $table ? \@rows : [ $value // "ERROR:  $error" ],
 			from  => $ends[-1][0],
 			to    => $ends[-1][1]
 		  };
@@ -238,16 +243,28 @@ sub same
 	return $got =~ /^$pattern$/s;
 }
 
-# check_results(OUTPUT, EXPECTED): compare each result the block shows
-# with what psql printed between its markers
+# check_results(FILE, STDOUT, STDERR, EXPECTED): compare each result the
+# block shows with what psql printed between its markers; an error: psql
+# began the statement, never ended it, and reported that SQLSTATE
 my $compared = 0;
 
 sub check_results
 {
-	my ($name, $out, $expect) = @_;
+	my ($name, $out, $err, $expect) = @_;
 	for my $n (0 .. $#$expect)
 	{
 		my $e = $expect->[$n];
+		if (defined $e->{error})
+		{
+			$compared++;
+			ok( $out      =~ /^\@\@080-begin $n$/m
+				  && $out !~ /^\@\@080-end $n$/m
+				  && $err =~ /ERROR:\s+\Q$e->{error}\E:/,
+				"$name:$e->{line}: the statement fails with $e->{error}")
+			  or diag("$name:$e->{line}: expected ERROR $e->{error}, got\n"
+				  . "$out\n$err");
+			next;
+		}
 		my @got =
 		  $out =~ /^\@\@080-begin $n\n(.*?)^\@\@080-end $n$/ms
 		  ? split(/\n/, $1)
@@ -297,7 +314,7 @@ sub run_sql
 		ok( $ret != 0 && $err =~ /ERROR:\s+\Q$state\E:/,
 			"$where fails with $state as the text says"
 		) or diag("$where: exit $ret, stderr:\n$err");
-		check_results($name, $out, $expect);
+		check_results($name, $out, $err, $expect);
 		return;
 	}
 	ok($ret == 0 && $err !~ /ERROR:/,
@@ -305,7 +322,7 @@ sub run_sql
 	  or diag(
 		"$where: the block failed (exit $ret):\n$err\n--- the block:\n$b->{text}"
 	  );
-	check_results($name, $out, $expect);
+	check_results($name, $out, $err, $expect);
 }
 
 my $tmp     = PostgreSQL::Test::Utils::tempdir;
@@ -508,8 +525,8 @@ for my $file (@files)
 }
 note("$ran blocks ran, $skipped not run");
 cmp_ok($ran, '>=', 35, "$ran blocks of the documentation ran (at least 35)");
-cmp_ok($compared, '>=', 12,
-	"$compared results of the documentation compared (at least 12)");
+cmp_ok($compared, '>=', 14,
+	"$compared results of the documentation compared (at least 14)");
 
 # doc/operations.md's example of the retention rule: the batch claimed in
 # one transaction stayed (its first dedup_sweep swept nothing, which writes
