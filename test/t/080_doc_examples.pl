@@ -4,12 +4,13 @@
 #
 # Each ```sql block of README.md, then of doc/use.md, streams.md,
 # operations.md, citus.md, security.md, reference.md, performance.md and
-# outbox.md, is run in that order, file by file, in one database of a server with dedup
-# preloaded, through psql with ON_ERROR_STOP: the README's own blocks make
-# the layout (schema dedup owned by the superuser, the roles, the grants,
-# the application role's search_path), so every later block sees what a
-# reader who pasted everything before it would see.  What the markdown says
-# about a block is an HTML comment on the line before it:
+# outbox.md, is run in that order, file by file, in one database of a
+# server with dedup preloaded, through psql with ON_ERROR_STOP: the
+# README's own blocks make the layout (schema dedup owned by the
+# superuser, the roles, the grants, the application role's search_path), so
+# every later block sees what a reader who pasted everything before it
+# would see.  What the markdown says about a block is an HTML comment on
+# the line before it:
 #
 #   <!-- not run: WHY -->     the block is skipped (Citus, a DROP EXTENSION)
 #   <!-- run as ROLE ... -->  run as ROLE (a block without it: as the
