@@ -3,13 +3,14 @@
 # written, in the layout the README recommends.
 #
 # Each ```sql block of README.md, then of doc/use.md, streams.md,
-# operations.md, citus.md, security.md, reference.md and performance.md, is
-# run in that order, file by file, in one database of a server with dedup
-# preloaded, through psql with ON_ERROR_STOP: the README's own blocks make
-# the layout (schema dedup owned by the superuser, the roles, the grants,
-# the application role's search_path), so every later block sees what a
-# reader who pasted everything before it would see.  What the markdown says
-# about a block is an HTML comment on the line before it:
+# operations.md, citus.md, security.md, reference.md, performance.md and
+# outbox.md, is run in that order, file by file, in one database of a
+# server with dedup preloaded, through psql with ON_ERROR_STOP: the
+# README's own blocks make the layout (schema dedup owned by the
+# superuser, the roles, the grants, the application role's search_path), so
+# every later block sees what a reader who pasted everything before it
+# would see.  What the markdown says about a block is an HTML comment on
+# the line before it:
 #
 #   <!-- not run: WHY -->     the block is skipped (Citus, a DROP EXTENSION)
 #   <!-- run as ROLE ... -->  run as ROLE (a block without it: as the
@@ -23,11 +24,40 @@
 #                             it applies its work once; checked below)
 #   <!-- run: python ... -->  a ```python block, run as below
 #
-# A block that fails fails the test with its file and line.  Every ```sql
-# and ```python block must be either run or marked "not run": the number of
-# blocks found by the parser is compared with a plain count of fence lines,
-# the number that ran is printed and must reach a floor, so a parser that
-# finds nothing fails.
+# A block that fails fails the test with its file and line.
+#
+# What a statement returns, as the text shows it in a run block, is
+# compared with what it returned (the block still runs whole, in order, in
+# one session; psql echoes a marker before and after each such statement):
+#
+#   SELECT dedup_sweep('surprise');   -- → 3: prose after the value
+#                             one value, the word after "→ " in a comment
+#                             on the statement's last line or on a line
+#                             after it (a trailing : ; or , is prose), as
+#                             psql -At prints it; true and false stand for
+#                             psql's t and f
+#   SELECT * FROM dedup_seen('payments', 'pay-4812');
+#   --  seen | processed_at
+#   -- ------+--------------
+#   --  t    | ...
+#                             a table, comment lines after the statement
+#                             as psql prints it aligned: a header, the rule
+#                             under it, the rows, and "(N rows)" if the text
+#                             shows it; fields are compared trimmed
+#   SELECT ...;  -- ERROR: UD001
+#                             the statement fails with that SQLSTATE (its
+#                             block is marked "fails with UD001")
+#
+# In a value or a field, "..." stands for any characters: write it for what
+# cannot be stable (an id, a time, a transaction number, an LSN).  Blocks
+# marked "not run" are not compared.  A result that differs fails the test
+# with its file and line, what the text shows and what psql printed; the
+# number of results compared must reach a floor.
+#
+# Every ```sql and ```python block must be either run or marked "not run":
+# the number of blocks found by the parser is compared with a plain count
+# of fence lines, the number that ran is printed and must reach a floor, so
+# a parser that finds nothing fails.
 #
 # The Python blocks: one that defines handle(conn, event) (the README's and
 # doc/use.md's) is run with psycopg 3 and with psycopg2, on a connection
@@ -122,13 +152,158 @@ sub blocks
 	return (\@found, $fences // 0);
 }
 
+# results(FILE, BLOCK): the block's text with markers around each statement
+# that shows its result, and those results (line, kind, expected lines)
+sub results
+{
+	my ($name, $b) = @_;
+	my @lines = split /\n/, $b->{text}, -1;
+	my (@expect, @ends, $dollar);
+	my $last_end = -1;    # the line that ended the previous statement
+	my $code     = -1;    # the last line with code
+	for my $i (0 .. $#lines)
+	{
+		my $line = $lines[$i];
+		my $sql  = $line;
+		$sql =~ s/--.*$// unless $dollar;
+		$dollar = !$dollar for $sql =~ /\$\w*\$/g;
+		my $where = "$name:" . ($b->{line} + 1 + $i);
+		if ($sql =~ /\S/)
+		{
+			$code = $i;
+			if (!$dollar && $sql =~ /;\s*$/)
+			{
+				push @ends, [ $last_end, $i ];
+				$last_end = $i;
+			}
+		}
+
+		# the arrow → as the UTF-8 bytes slurp_file reads
+		my $value =
+		  $line =~ /--\s*\xe2\x86\x92\s*(\S+?)[:;,]?(?:\s|$)/ ? $1 : undef;
+		my $table =
+			 $line =~ /^\s*--\s*\S/
+		  && $i < $#lines
+		  && $lines[ $i + 1 ] =~ /^\s*--\s*-+(?:\+-+)*\s*$/;
+		my $error = $line =~ /--\s*ERROR:\s+(\w{5})\b/ ? $1 : undef;
+		next unless defined $value || $table || defined $error;
+		die "$where: a result that follows no statement ending in ;\n"
+		  unless @ends && $ends[-1][1] == $code;
+		my @rows;
+		if ($table)
+		{
+			for my $j ($i .. $#lines)
+			{
+				last unless $lines[$j] =~ /^\s*--(?: (.*))?$/;
+				my $row    = $1 // '';
+				my $footer = $row =~ /^\(\d+ rows?\)$/;
+				last
+				  if $j > $i + 1
+				  && !$footer
+				  && $row !~ /\|/
+				  && $row !~ /^\s*\S+\s*$/;
+				push @rows, $row;
+				last if $footer;
+			}
+		}
+		push @expect,
+		  {
+			line  => $b->{line} + 1 + $i,
+			table => $table,
+			error => $error,
+			rows  => $table ? \@rows : [ $value // "ERROR:  $error" ],
+			from  => $ends[-1][0],
+			to    => $ends[-1][1]
+		  };
+	}
+	my (%before, %after);
+	for my $n (0 .. $#expect)
+	{
+		my $e      = $expect[$n];
+		my $format = $e->{table} ? 'aligned' : 'unaligned';
+		my $tuples = $e->{table} ? 'off'     : 'on';
+		$before{ $e->{from} } .=
+		  "\\pset format $format\n\\pset tuples_only $tuples\n\\echo \@\@080-begin $n\n";
+		$after{ $e->{to} } .=
+		  "\\echo \@\@080-end $n\n\\pset format unaligned\n\\pset tuples_only on\n";
+	}
+	my $text = $before{-1} // '';
+	$text .= "$lines[$_]\n" . ($after{$_} // '') . ($before{$_} // '')
+	  for 0 .. $#lines;
+	return ($text, \@expect);
+}
+
+# same(EXPECTED, GOT): a field or value as the text shows it matches what
+# psql printed; "..." in it stands for any characters, true and false for
+# psql's t and f
+sub same
+{
+	my ($expected, $got) = map { s/^\s+|\s+$//gr } @_;
+	$expected = { true => 't', false => 'f' }->{$expected} // $expected;
+	my $pattern = join '.*', map { quotemeta } split /\.\.\./, $expected, -1;
+	return $got =~ /^$pattern$/s;
+}
+
+# check_results(FILE, STDOUT, STDERR, EXPECTED): compare each result the
+# block shows with what psql printed between its markers; an error: psql
+# began the statement, never ended it, and reported that SQLSTATE
+my $compared = 0;
+
+sub check_results
+{
+	my ($name, $out, $err, $expect) = @_;
+	for my $n (0 .. $#$expect)
+	{
+		my $e = $expect->[$n];
+		if (defined $e->{error})
+		{
+			$compared++;
+			ok( $out      =~ /^\@\@080-begin $n$/m
+				  && $out !~ /^\@\@080-end $n$/m
+				  && $err =~ /ERROR:\s+\Q$e->{error}\E:/,
+				"$name:$e->{line}: the statement fails with $e->{error}")
+			  or diag("$name:$e->{line}: expected ERROR $e->{error}, got\n"
+				  . "$out\n$err");
+			next;
+		}
+		my @got =
+		  $out =~ /^\@\@080-begin $n\n(.*?)^\@\@080-end $n$/ms
+		  ? split(/\n/, $1)
+		  : ('(no output: the statement did not run)');
+		pop @got while @got && $got[-1] !~ /\S/;
+		my @want = @{ $e->{rows} };
+		pop @got
+		  if $e->{table}
+		  && $want[-1] !~ /^\(\d+ rows?\)$/
+		  && @got
+		  && $got[-1] =~ /^\(\d+ rows?\)$/;
+		my $match = @got == @want;
+		for my $i (0 .. $#want)
+		{
+			last unless $match;
+			my @w = $e->{table} ? split(/\|/, $want[$i], -1) : ($want[$i]);
+			my @g =
+			  $e->{table} ? split(/\|/, $got[$i] // '', -1) : ($got[$i]);
+			next if $e->{table} && $i == 1;    # the rule under the header
+			$match = (@w == @g && !grep { !same($w[$_], $g[$_]) } 0 .. $#w);
+		}
+		$compared++;
+		ok($match, "$name:$e->{line}: the result is as the text shows")
+		  or diag("$name:$e->{line}: expected\n"
+			  . join("\n", @want)
+			  . "\ngot\n"
+			  . join("\n", @got));
+	}
+}
+
 # run_sql(FILE, BLOCK): run one SQL block as its marker says; ok() it
 sub run_sql
 {
 	my ($name, $b) = @_;
 	my $where = "$name:$b->{line}";
 	my $role  = $b->{marker} =~ /\brun as (\w+)/ ? $1 : undef;
-	my $sql   = defined $role ? $b->{text} : "$dba_path\n$b->{text}";
+	my ($text, $expect) = results($name, $b);
+	my $sql = defined $role ? $text : "$dba_path\n$text";
 	my ($ret, $out, $err) = $node->psql(
 		$db, $sql,
 		on_error_stop => 1,
@@ -140,6 +315,7 @@ sub run_sql
 		ok( $ret != 0 && $err =~ /ERROR:\s+\Q$state\E:/,
 			"$where fails with $state as the text says"
 		) or diag("$where: exit $ret, stderr:\n$err");
+		check_results($name, $out, $err, $expect);
 		return;
 	}
 	ok($ret == 0 && $err !~ /ERROR:/,
@@ -147,6 +323,7 @@ sub run_sql
 	  or diag(
 		"$where: the block failed (exit $ret):\n$err\n--- the block:\n$b->{text}"
 	  );
+	check_results($name, $out, $err, $expect);
 }
 
 my $tmp     = PostgreSQL::Test::Utils::tempdir;
@@ -349,6 +526,8 @@ for my $file (@files)
 }
 note("$ran blocks ran, $skipped not run");
 cmp_ok($ran, '>=', 35, "$ran blocks of the documentation ran (at least 35)");
+cmp_ok($compared, '>=', 14,
+	"$compared results of the documentation compared (at least 14)");
 
 # doc/operations.md's example of the retention rule: the batch claimed in
 # one transaction stayed (its first dedup_sweep swept nothing, which writes
