@@ -220,11 +220,14 @@ ALTER DATABASE shop SET client_encoding = 'LATIN1';
 },
 	extra_params => [ '-U', 'shop_owner' ]);
 
-# and a setting for the relay's role (a superuser's, or a CREATEROLE admin's)
+# and a setting for the relay's role (a superuser's, or a CREATEROLE admin's);
+# the test's own sessions are spared the database's settings
 $node->safe_psql(
 	'shop', q{
 SET default_transaction_read_only = off;
 ALTER ROLE relay_table IN DATABASE shop SET search_path = public;
+ALTER ROLE CURRENT_USER IN DATABASE shop SET default_transaction_read_only = off;
+ALTER ROLE CURRENT_USER IN DATABASE shop SET statement_timeout = 0;
 });
 
 $node->safe_psql(
