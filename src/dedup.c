@@ -29,7 +29,7 @@
 #include "stats/claim_stats.h"
 #include "sweeper/sweeper.h"
 
-DEDUP_MODULE_MAGIC("dedup", "1.4");
+DEDUP_MODULE_MAGIC("dedup", "1.5");
 
 void		_PG_init(void);
 
