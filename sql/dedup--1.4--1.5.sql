@@ -39,6 +39,7 @@ BEGIN
 			'table dedup_outbox_dead_letters',
 			'index dedup_outbox_dead_letters_pkey',
 			'function dedup_outbox_refused(pg_catalog.text,pg_catalog.int8[],pg_catalog.text)',
+			'function dedup_outbox_refused_wal(pg_catalog.text,pg_catalog.text,pg_catalog.text,pg_catalog.text,pg_catalog.jsonb,pg_catalog.text,pg_catalog.int4,pg_catalog.text)',
 			'function dedup_outbox_audit_retry(pg_catalog.text,pg_catalog.int8)',
 			'function dedup_outbox_retry(pg_catalog.text)'
 		 ]::pg_catalog.text[]) AS n(object)
@@ -129,12 +130,13 @@ REVOKE ALL ON TABLE @extschema@.dedup_outbox_signing_key FROM PUBLIC;
  * for their destination, a nack again and again), moved aside by the
  * relay (dedup_outbox_refused) so that they stop taking its time and stop
  * holding back the later messages of their key.  seq is the one they had
- * in dedup_outbox.  An operator sends one again with dedup_outbox_retry().
- * pg_dump keeps them.
+ * in dedup_outbox (NULL for a message of WAL mode, which was never a row:
+ * dedup_outbox_refused_wal).  An operator sends one again with
+ * dedup_outbox_retry().  pg_dump keeps them.
  */
 CREATE TABLE @extschema@.dedup_outbox_dead_letters (
 	message_id text NOT NULL,
-	seq bigint NOT NULL,
+	seq bigint,
 	destination text NOT NULL,
 	key text,
 	headers jsonb,
@@ -207,6 +209,47 @@ BEGIN ATOMIC
 END;
 
 /*
+ * dedup_outbox_refused_wal(relay, message_id, destination, key, headers,
+ * payload, attempts, reason): the broker refused a WAL-mode message for
+ * the attempts-th time, as relay counts them: at dedup.outbox_max_attempts
+ * (0: never) it is written to dedup_outbox_dead_letters with reason (no
+ * seq: it was never a row), so that relay may confirm the slot past it;
+ * returns whether it is a dead letter now.  dedup_outbox_retry() brings it
+ * back as a row of dedup_outbox, which a table-mode relay sends.
+ */
+CREATE FUNCTION @extschema@.dedup_outbox_refused_wal(relay text, message_id text,
+													 destination text, key text,
+													 headers jsonb, payload text,
+													 attempts integer, reason text)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET jit = off
+BEGIN ATOMIC
+	SELECT @extschema@.dedup_outbox_valid(dedup_outbox_refused_wal.relay, 'relay'::pg_catalog.text,
+										  'dedup_outbox_refused_wal'::pg_catalog.text);
+	WITH settings AS (
+		SELECT pg_catalog.current_setting('dedup.outbox_max_attempts'::pg_catalog.text)::pg_catalog.int4 AS max_attempts),
+	due AS (
+		SELECT s.max_attempts OPERATOR(pg_catalog.>) 0
+			   AND dedup_outbox_refused_wal.attempts OPERATOR(pg_catalog.>=) s.max_attempts AS dead
+		  FROM settings s),
+	moved AS (
+		INSERT INTO @extschema@.dedup_outbox_dead_letters AS l
+			   (message_id, destination, key, headers, payload, created_at,
+				attempts, reason)
+		SELECT dedup_outbox_refused_wal.message_id, dedup_outbox_refused_wal.destination,
+			   dedup_outbox_refused_wal.key, dedup_outbox_refused_wal.headers,
+			   dedup_outbox_refused_wal.payload, pg_catalog.now(),
+			   dedup_outbox_refused_wal.attempts,
+			   COALESCE(dedup_outbox_refused_wal.reason, 'refused by the broker'::pg_catalog.text)
+		  FROM due d
+		 WHERE d.dead
+		ON CONFLICT (message_id) DO NOTHING
+		RETURNING 1)
+	SELECT d.dead FROM due d;
+END;
+
+/*
  * dedup_outbox_retry(message_id): move a dead letter back into the outbox,
  * to be sent again (after what its key published since: a new seq, its
  * attempts from 0); true if there was one.  For operators: every call is in
@@ -270,5 +313,6 @@ COMMENT ON VIEW @extschema@.dedup_outbox_backlog IS
 
 REVOKE ALL ON TABLE @extschema@.dedup_outbox_dead_letters FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_refused(text, bigint[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_refused_wal(text, text, text, text, jsonb, text, integer, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_audit_retry(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.dedup_outbox_retry(text) FROM PUBLIC;

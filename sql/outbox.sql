@@ -495,6 +495,24 @@ SELECT dedup_outbox_retry(NULL);
 SELECT payload, attempts, sent_at IS NULL AS unsent, seq > :dl_seq AS behind_its_key
   FROM dedup_outbox WHERE message_id = :'dead_id';
 SELECT count(*) AS dead_letters FROM dedup_outbox_dead_letters;
+-- WAL mode: the relay counts the refusals; at the 10th the message is a
+-- dead letter (without a seq), once however often it is told
+GRANT EXECUTE ON FUNCTION dedup_outbox_refused_wal(text, text, text, text, jsonb, text, integer, text)
+	TO regress_ob_relay;
+SET ROLE regress_ob_relay;
+SELECT dedup.dedup_outbox_refused_wal('relay-w', 'wal-1', 'events', 'k', '{"type": "t"}', 'p', 9, 'nacked') AS dead_at_9,
+	   dedup.dedup_outbox_refused_wal('relay-w', 'wal-1', 'events', 'k', '{"type": "t"}', 'p', 10, 'nacked') AS dead_at_10,
+	   dedup.dedup_outbox_refused_wal('relay-w', 'wal-1', 'events', 'k', '{"type": "t"}', 'p', 11, 'nacked') AS still_dead;
+SELECT dedup.dedup_outbox_refused_wal(NULL, 'wal-2', 'events', NULL, NULL, 'p', 10, 'x');
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY terse
+SELECT dedup.dedup_outbox_refused_wal('relay-w', 'wal-2', 'events', NULL, NULL, NULL, 10, 'x');
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT message_id, seq, destination, key, headers, payload, attempts, reason FROM dedup_outbox_dead_letters;
+SELECT dedup_outbox_retry('wal-1') AS retried;
+SELECT destination, key, payload, sent_at IS NULL AS unsent FROM dedup_outbox WHERE message_id = 'wal-1';
 
 DROP EXTENSION dedup;
 DROP SCHEMA dedup;

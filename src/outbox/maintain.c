@@ -2,11 +2,11 @@
  *
  * maintain.c
  *	  Keeping the outbox: its settings (dedup.outbox_retention,
- *	  dedup.outbox_max_payload, dedup.outbox_max_attempts), the deletion of sent messages once
- *	  dedup.outbox_retention has passed (dedup_outbox_sweep(), and the
- *	  batches of the retention worker's step, dedup_outbox_sweep_batch()),
- *	  and the audit of a message sent again on purpose
- *	  (dedup_outbox_resend(), dedup_outbox_retry()).
+ *	  dedup.outbox_max_payload, dedup.outbox_max_attempts), the deletion
+ *	  of sent messages once dedup.outbox_retention has passed
+ *	  (dedup_outbox_sweep(), and the batches of the retention worker's
+ *	  step, dedup_outbox_sweep_batch()), and the audit of a message sent
+ *	  again on purpose (dedup_outbox_resend(), dedup_outbox_retry()).
  *
  * Only sent messages are ever deleted: a message is deleted when its
  * sent_at is older than the retention, checked again on the row's latest
@@ -73,7 +73,7 @@ dedup_outbox_define_gucs(void)
 							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
-	/* read by dedup_outbox_refused(), as the relay: no role may change it */
+	/* read in the relay's refusal calls: no role may change it */
 	DefineCustomIntVariable("dedup.outbox_max_attempts",
 							"Attempts after which a message the broker refuses is moved to the outbox's dead letters.",
 							"0 never moves one aside.",

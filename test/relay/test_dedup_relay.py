@@ -369,6 +369,39 @@ class WalParser(unittest.TestCase):
                 self.assertEqual((ob.skipped, ob.cur.flushed), (1, [0x4000]))
 
 
+class WalDeadLetters(unittest.TestCase):
+    """WAL mode: a message the broker keeps refusing is counted by the
+    relay (the slot has no room for it) and, once
+    dedup_outbox_refused_wal() answers that it is a dead letter, skipped
+    when read again, so that its transaction is confirmed and the slot
+    moves past it (guards a relay that would send it forever)."""
+
+    def test_moved_aside(self):
+        records = [begin(700), wal_message(signed(700, FIELDS)),
+                   commit(0x3000)]
+        ob = WalParser.outbox(self, list(records))
+        ob.sql = FakeConnection([(False,), (True,)])
+        ob.prefix = "dedup."
+        ob.close = lambda: None
+        (m,) = ob.take(10)
+        for attempt, dead in ((1, False), (2, True)):
+            with self.assertLogs("dedup_relay", "WARNING") as logged:
+                relay.log.warning("attempt %d", attempt)
+                ob.give_back([], [(m, NO_ROUTE)])
+            sql, params = ob.sql.executed[-1]
+            self.assertEqual(sql, "SELECT dedup.dedup_outbox_refused_wal("
+                             "%s, %s, %s, %s, %s::jsonb, %s, %s, %s)")
+            self.assertEqual(params, ("r", "id-1", "audit", "k1",
+                                      '{"type": "t"}', "SECRET payload",
+                                      attempt, NO_ROUTE))
+            self.assertEqual(any("moved to dedup_outbox_dead_letters" in line
+                                 for line in logged.output), dead)
+        # read again from the slot: skipped, its transaction confirmed
+        ob.txns, ob.current, ob.cur = [], None, FakeStream(records)
+        self.assertEqual(ob.take(10), [])
+        self.assertEqual(ob.cur.flushed, [0x3000])
+
+
 class FakeCursor:
     def __init__(self, conn):
         self.conn = conn
@@ -395,6 +428,7 @@ class FakeConnection:
     def __init__(self, rows):
         self.rows, self.executed = list(rows), []
         self.info = types.SimpleNamespace(dbname="shop")
+        self.closed = False
 
     def cursor(self):
         return FakeCursor(self)

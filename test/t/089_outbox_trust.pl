@@ -23,6 +23,10 @@
 #      lease (3 here) the message is moved to the dead letters, with the
 #      reason, where dedup_outbox_backlog counts it.  Once the queue
 #      exists, dedup_outbox_retry() sends it.
+#   4. The same in WAL mode: the relay counts the refusals (the slot has no
+#      room for them), and at the third dedup_outbox_refused_wal() makes
+#      the message a dead letter, without a seq; the relay confirms the
+#      slot past it, and the other destination's messages go on.
 #
 use strict;
 use warnings;
@@ -283,6 +287,53 @@ like(
 	take('nowhere'),
 	qr/^[0-9a-f-]{36}\|lost in transit\|\{"dedup-key": "k"\}$/,
 	'the retried message is sent, with its id and key');
+
+###############################################################################
+note('4. WAL mode: a destination without a queue, moved aside');
+
+$node->safe_psql(
+	'postgres', q{
+GRANT EXECUTE ON FUNCTION dedup.dedup_outbox_refused_wal(text, text, text, text, jsonb, text, integer, text)
+	TO relay_wal;
+SELECT dedup.dedup_add_destination('nowhere-wal', 'wal');
+SELECT dedup.dedup_publish('nowhere-wal', 'never routed', 'k9');
+SELECT dedup.dedup_publish('q', 'real 3', 'k9');
+});
+$last_message = $node->safe_psql(
+	'postgres', q{
+BEGIN;
+SELECT dedup.dedup_publish('q', 'real 4') IS NULL;
+SELECT pg_current_wal_insert_lsn();
+COMMIT;});
+$last_message = (split /\n/, $last_message)[-1];
+($rc, $log) = relay('postgres', 'relay_wal', '--mode', 'wal');
+is($rc, 0, 'the relay ran to the end') or diag($log);
+like(
+	$log,
+	qr/message \S+ of destination nowhere-wal refused 3 times \(returned by the broker: 312 NO_ROUTE\) moved to dedup_outbox_dead_letters/,
+	'at its third refusal the message is moved aside, the relay says so');
+
+# WAL mode reads again from the slot after a refusal: the messages behind
+# the refused one are sent again with it, at most once per reading
+my @payloads = map { (split /\|/)[1] } split /\n/, take('q');
+my %seen;
+is( join(',', grep { !$seen{$_}++ } @payloads),
+	'real 3,real 4',
+	'the other destination\'s messages were sent, in order');
+cmp_ok(scalar(@payloads), '<=', 2 * 4,
+	'each at most once per reading of the slot (three refusals, then past it)'
+);
+is( $node->safe_psql(
+		'postgres', q{
+SELECT destination, seq IS NULL, payload, attempts, reason FROM dedup.dedup_outbox_dead_letters}
+	),
+	'nowhere-wal|t|never routed|3|returned by the broker: 312 NO_ROUTE',
+	'the dead letter, without a seq (it was never a row)');
+ok( $node->poll_query_until(
+		'postgres', qq{
+SELECT confirmed_flush_lsn > '$last_message'::pg_lsn
+  FROM pg_replication_slots WHERE slot_name = 'dedup_relay'}),
+	'the slot is confirmed past it');
 
 $broker->stop_ok;
 done_testing();
