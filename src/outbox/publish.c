@@ -41,8 +41,14 @@
  * In WAL mode the message is a transactional logical decoding message with
  * the prefix "dedup" (what pg_logical_emit_message(true, 'dedup', ...)
  * writes): decoded at its transaction's commit, never if it aborts.  Its
- * content is a JSON object: {"id": ..., "destination": ..., "key": ...,
- * "headers": ..., "payload": ...} (key and headers null when not given).
+ * content is a signature line and a JSON object: "dedup-v1 ", the
+ * HMAC-SHA256 (in hex) of the top-level transaction id in decimal, a
+ * newline and the JSON under the key of dedup_outbox_signing_key, a
+ * newline, then {"id": ..., "destination": ..., "key": ..., "headers": ...,
+ * "payload": ...} (key and headers null when not given): the relay sends
+ * nothing it cannot verify (publish_sign).  The headers are checked here,
+ * in both modes, to be what every broker carries and routes by nothing
+ * (publish_check_headers).
  *
  *-------------------------------------------------------------------------
  */
