@@ -173,8 +173,9 @@ static HTAB *destinations = NULL;
 static MemoryContext destinations_context = NULL;
 
 /*
- * The key WAL-mode messages are signed with, read with the destinations
- * and forgotten with them
+ * The key WAL-mode messages are signed with, read with each WAL-mode
+ * destination before it enters the cache and forgotten with the cache: a
+ * cached WAL-mode destination implies the key
  */
 static uint8 signing_key[DEDUP_OUTBOX_SIGNING_KEY_BYTES];
 static bool signing_key_valid = false;
@@ -658,8 +659,6 @@ publish_cached_destination(const DedupRelations *rels, Oid user,
 	memcpy(name, VARDATA_ANY(destination), VARSIZE_ANY_EXHDR(destination));
 	entry = hash_search(destinations, name, HASH_FIND, NULL);
 	if (entry == NULL)
-		return false;
-	if (entry->wal && !signing_key_valid)
 		return false;
 	publish_check_publisher(user, destination, entry->publishers,
 							entry->npublishers);
