@@ -206,6 +206,16 @@ SELECT dedup.dedup_add_destination('orders');
 SELECT dedup.dedup_add_destination('nowhere');
 });
 
+# a setting for the relay's role (a superuser's, or a CREATEROLE admin's);
+# and, before the owner's settings below, the test's own sessions spared
+# them (a 1 ms statement timeout is met by a busy machine's ALTER ROLE)
+$node->safe_psql(
+	'shop', q{
+ALTER ROLE relay_table IN DATABASE shop SET search_path = public;
+ALTER ROLE CURRENT_USER IN DATABASE shop SET default_transaction_read_only = off;
+ALTER ROLE CURRENT_USER IN DATABASE shop SET statement_timeout = 0;
+});
+
 # the owner's look-alikes, each recording that it ran
 $node->safe_psql(
 	'shop', q{
@@ -224,15 +234,6 @@ ALTER DATABASE shop SET client_encoding = 'LATIN1';
 },
 	extra_params => [ '-U', 'shop_owner' ]);
 
-# and a setting for the relay's role (a superuser's, or a CREATEROLE admin's);
-# the test's own sessions are spared the database's settings
-$node->safe_psql(
-	'shop', q{
-SET default_transaction_read_only = off;
-ALTER ROLE relay_table IN DATABASE shop SET search_path = public;
-ALTER ROLE CURRENT_USER IN DATABASE shop SET default_transaction_read_only = off;
-ALTER ROLE CURRENT_USER IN DATABASE shop SET statement_timeout = 0;
-});
 
 $node->safe_psql(
 	'shop', q{
